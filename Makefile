@@ -1,0 +1,29 @@
+# The two commands of the README. Both install what they need first.
+BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+JOBS ?= $(shell nproc)
+
+.PHONY: deps build build-asan test test-asan demo bench clean
+
+deps:
+	./deploy/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+build-asan: deps
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAIND_SANITIZE=ON -DTRAIND_CUDA=OFF
+	cmake --build $(ASAN_DIR) -j $(JOBS)
+
+# Every test, then the unit and e2e tests again under ASan + UBSan.
+test: build build-asan
+	ctest --test-dir $(BUILD_DIR) --output-on-failure
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir $(ASAN_DIR) --output-on-failure -L 'unit|e2e'
+
+demo: build
+	BUILD_DIR=$(BUILD_DIR) ./deploy/demo.sh
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)

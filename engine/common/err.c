@@ -1,0 +1,42 @@
+#include "common/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int eng_err_set(eng_err *e, int code, const char *fmt, ...) {
+  if (!e) return code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+  e->code = code;
+  return code;
+}
+
+int eng_err_prefix(eng_err *e, const char *fmt, ...) {
+  if (!e) return ENG_OK;
+  char head[256], tail[sizeof e->msg];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(head, sizeof head, fmt, ap);
+  va_end(ap);
+  memcpy(tail, e->msg, sizeof tail);
+  snprintf(e->msg, sizeof e->msg, "%s%s", head, tail);
+  return e->code;
+}
+
+const char *eng_err_name(int code) {
+  switch (code) {
+  case ENG_OK: return "ok";
+  case ENG_EINVAL: return "invalid input";
+  case ENG_EIO: return "I/O error";
+  case ENG_ENOMEM: return "out of host memory";
+  case ENG_ENOTSUP: return "not supported";
+  case ENG_ECAP: return "device cap too small";
+  case ENG_ECANCEL: return "cancelled";
+  case ENG_ENONFINITE: return "non-finite values";
+  case ENG_ESTATE: return "bad state";
+  default: return "unknown error";
+  }
+}

@@ -1,0 +1,384 @@
+// The engine's public API: glue between the spec, the model state, the data,
+// the executor and the optimizer schedule.
+#include "engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "data/data.h"
+#include "exec/exec.h"
+#include "model/hf_io.h"
+#include "model/model.h"
+#include "optim/adamw.h"
+
+enum { MAX_NONFINITE_STREAK = 3, META_VERSION = 1 };
+
+struct eng_run {
+  eng_spec spec;          // strings below are owned copies
+  char *model_dir, *train_path, *eval_path;
+  eng_model model;
+  eng_dev *dev;
+  eng_exec *exec;
+  eng_data *train, *eval;
+  int32_t *ids, *labels;  // one batch
+  int64_t step;           // steps taken (updates + skipped)
+  int64_t updates;        // updates applied (AdamW's t)
+  int nonfinite_streak;
+  double last_eval;
+  uint64_t last_in, last_out;
+};
+
+void eng_spec_defaults(eng_spec *s) {
+  memset(s, 0, sizeof *s);
+  s->seed = 1234;
+  s->eval_batches = 4;
+  s->seq_len = 256;
+  s->batch = 8;
+  s->micro_batches = 1;
+  s->optimizer = ENG_OPT_ADAMW;
+  s->lr = 3e-4f;
+  s->min_lr = 3e-5f;
+  s->beta1 = 0.9f;
+  s->beta2 = 0.95f;
+  s->eps = 1e-8f;
+  s->weight_decay = 0.1f;
+  s->clip = 1.0f;
+  s->warmup_steps = 0;
+  s->total_steps = 0;
+  s->device_cap = (size_t)1 << 30;
+  s->ckpt_every = 1;
+  s->ckpt_place = ENG_PLACE_DEVICE;
+}
+
+static int spec_validate(const eng_spec *s, eng_err *e) {
+#define BAD(...) return eng_err_set(e, ENG_EINVAL, "spec: " __VA_ARGS__)
+  if (s->seq_len < 2) BAD("seq_len must be at least 2 (got %d)", s->seq_len);
+  if (s->batch < 1) BAD("batch must be positive (got %d)", s->batch);
+  if (s->micro_batches < 1 || s->batch % s->micro_batches)
+    BAD("micro_batches (%d) must be positive and divide batch (%d)", s->micro_batches, s->batch);
+  if (!(s->lr >= 0) || !(s->min_lr >= 0)) BAD("lr and min_lr must be non-negative");
+  if (!(s->beta1 >= 0 && s->beta1 < 1) || !(s->beta2 >= 0 && s->beta2 < 1))
+    BAD("beta1 and beta2 must lie in [0, 1)");
+  if (!(s->eps > 0)) BAD("eps must be positive");
+  if (!(s->weight_decay >= 0)) BAD("weight_decay must be non-negative");
+  if (!(s->clip >= 0)) BAD("clip must be non-negative (0 turns clipping off)");
+  if (s->warmup_steps < 0 || s->total_steps < 0) BAD("warmup_steps and total_steps must be non-negative");
+  if (s->ckpt_every < 0) BAD("ckpt_every must be non-negative");
+  if (s->ckpt_place != ENG_PLACE_DEVICE && s->ckpt_place != ENG_PLACE_HOST) BAD("unknown ckpt_place %d", s->ckpt_place);
+  if (s->optimizer != ENG_OPT_ADAMW) BAD("unknown optimizer %d", s->optimizer);
+  if (s->eval_every < 0 || (s->eval_every > 0 && !s->eval_path)) BAD("eval_every needs an eval_path");
+  if (s->eval_batches < 1) BAD("eval_batches must be positive");
+  return 0;
+#undef BAD
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
+  int rc = spec_validate(spec, e);
+  if (rc) return rc;
+  eng_config cfg = spec->config;
+  if (spec->model_dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", spec->model_dir);
+    if ((rc = eng_config_load(path, &cfg, e))) return rc;
+  } else if ((rc = eng_config_validate(&cfg, "spec", e))) {
+    return rc;
+  }
+
+  // Refuse a cap that cannot hold the step before any model memory exists.
+  eng_exec_policy pol = {spec->batch, spec->seq_len, spec->micro_batches, spec->ckpt_every, spec->ckpt_place};
+  size_t need = eng_exec_arena_bytes(&cfg, &pol);
+  if (need > spec->device_cap)
+    return eng_err_set(e, ENG_ECAP,
+                       "device cap of %zu bytes is too small: two layer slots, two gradient slots, "
+                       "the boundary activations and one micro-batch of %d sequences need %zu bytes "
+                       "(%.1f MiB)",
+                       spec->device_cap, spec->batch / spec->micro_batches, need, need / 1048576.0);
+
+  eng_run *r = calloc(1, sizeof *r);
+  if (!r) return eng_err_set(e, ENG_ENOMEM, "cannot allocate a run");
+  r->spec = *spec;
+  r->model_dir = dup_or_null(spec->model_dir);
+  r->train_path = dup_or_null(spec->train_path);
+  r->eval_path = dup_or_null(spec->eval_path);
+  r->spec.model_dir = r->model_dir;
+  r->spec.train_path = r->train_path;
+  r->spec.eval_path = r->eval_path;
+  r->spec.config = cfg;
+  r->last_eval = NAN;
+  size_t bt = (size_t)spec->batch * spec->seq_len;
+  r->ids = malloc(bt * sizeof(int32_t));
+  r->labels = malloc(bt * sizeof(int32_t));
+  if (!r->ids || !r->labels) {
+    rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate the batch buffers");
+    goto fail;
+  }
+  if ((rc = eng_model_alloc(&r->model, &cfg, e))) goto fail;
+  if (spec->model_dir) {
+    if ((rc = eng_hf_load_weights(spec->model_dir, &r->model.lo, (float *const *)NULL, e) ? 0 : 0)) goto fail;
+  }
+  if (spec->model_dir) {
+    float *ws[r->model.lo.n_shards];
+    for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;
+    if ((rc = eng_hf_load_weights(spec->model_dir, &r->model.lo, ws, e))) goto fail;
+  } else {
+    eng_model_init_random(&r->model, spec->seed);
+  }
+  if (spec->train_path &&
+      (rc = eng_data_open(&r->train, spec->train_path, spec->seq_len, cfg.vocab, spec->seed, 1, e)))
+    goto fail;
+  if (spec->eval_path &&
+      (rc = eng_data_open(&r->eval, spec->eval_path, spec->seq_len, cfg.vocab, spec->seed, 0, e)))
+    goto fail;
+  if ((rc = eng_dev_open_cpu(&r->dev, spec->device_cap, e))) goto fail;
+  if ((rc = eng_exec_open(&r->exec, &r->model, r->dev, &pol, e))) goto fail;
+  *out = r;
+  return 0;
+fail:
+  eng_close(r);
+  return rc;
+}
+
+void eng_close(eng_run *r) {
+  if (!r) return;
+  eng_exec_close(r->exec);
+  eng_dev_close(r->dev);
+  if (r->train) eng_data_close(r->train);
+  if (r->eval) eng_data_close(r->eval);
+  eng_model_free(&r->model);
+  free(r->ids);
+  free(r->labels);
+  free(r->model_dir);
+  free(r->train_path);
+  free(r->eval_path);
+  free(r);
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int check_tokens(const eng_run *r, const int32_t *ids, const int32_t *labels, eng_err *e) {
+  size_t n = (size_t)r->spec.batch * r->spec.seq_len;
+  int V = r->spec.config.vocab;
+  for (size_t i = 0; i < n; i++) {
+    if (ids[i] < 0 || ids[i] >= V)
+      return eng_err_set(e, ENG_EINVAL, "batch: input id %d at position %zu is outside the vocabulary [0, %d)",
+                         ids[i], i, V);
+    if (labels[i] != -100 && (labels[i] < 0 || labels[i] >= V))
+      return eng_err_set(e, ENG_EINVAL, "batch: label %d at position %zu is neither -100 nor in [0, %d)",
+                         labels[i], i, V);
+  }
+  return 0;
+}
+
+static int maybe_eval(eng_run *r, eng_metrics *m, eng_err *e) {
+  if (!r->eval || r->spec.eval_every <= 0 || r->step % r->spec.eval_every != 0) return 0;
+  int rc = eng_eval(r, &r->last_eval, e);
+  m->eval_loss = r->last_eval;
+  return rc;
+}
+
+int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_metrics *m, eng_err *e) {
+  int rc = check_tokens(r, ids, labels, e);
+  if (rc) return rc;
+  eng_metrics mm;
+  if (!m) m = &mm;
+  memset(m, 0, sizeof *m);
+  double t0 = now();
+  uint64_t in0 = r->dev->bytes_in, out0 = r->dev->bytes_out;
+  eng_exec_result res;
+  rc = eng_exec_run(r->exec, ids, labels, 1, NULL, r->spec.cancel, &res, e);
+  if (rc) return rc;
+
+  const eng_spec *s = &r->spec;
+  double loss = res.count ? res.loss_sum / (double)res.count : NAN;
+  double norm = sqrt(res.grad_sumsq);
+  float lr = eng_lr_at(r->step, s->lr, s->min_lr, s->warmup_steps, s->total_steps);
+  m->skipped = !isfinite(loss) || !isfinite(norm);
+  if (m->skipped) {
+    if (++r->nonfinite_streak >= MAX_NONFINITE_STREAK)
+      return eng_err_set(e, ENG_ENONFINITE,
+                         "step %lld: non-finite loss or gradients in %d steps in a row (loss %g, "
+                         "gradient norm %g); lower the learning rate or check the data",
+                         (long long)r->step, r->nonfinite_streak, loss, norm);
+  } else {
+    r->nonfinite_streak = 0;
+    // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), at most 1.
+    float scale = 1.0f;
+    if (s->clip > 0) {
+      float coef = (float)(s->clip / (norm + 1e-6));
+      scale = coef < 1.0f ? coef : 1.0f;
+    }
+    eng_exec_update u = {lr, s->beta1, s->beta2, s->eps, s->weight_decay, scale, ++r->updates};
+    eng_exec_update_launch(r->exec, &u);
+  }
+  r->step++;
+
+  m->step = r->step;
+  m->loss = loss;
+  m->grad_norm = norm;
+  m->lr = lr;
+  m->eval_loss = r->last_eval;
+  m->tokens = (int64_t)s->batch * s->seq_len;
+  m->t_fwd = res.t_fwd;
+  m->t_loss = res.t_loss;
+  m->t_bwd = res.t_bwd;
+  m->t_opt_wait = res.t_wait;
+  m->t_total = now() - t0;
+  m->tokens_per_s = m->tokens / m->t_total;
+  m->peak_arena = r->dev->peak;
+  m->arena_cap = r->dev->cap;
+  m->bytes_in = r->dev->bytes_in - in0;
+  m->bytes_out = r->dev->bytes_out - out0;
+  if ((rc = maybe_eval(r, m, e))) return rc;
+  if (s->progress && s->progress(s->progress_ctx, m))
+    return eng_err_set(e, ENG_ECANCEL, "the run was cancelled by its progress callback");
+  return 0;
+}
+
+int eng_step(eng_run *r, eng_metrics *m, eng_err *e) {
+  if (!r->train) return eng_err_set(e, ENG_ESTATE, "spec: no train_path to draw batches from");
+  int rc = eng_data_next(r->train, r->spec.batch, r->ids, r->labels, e);
+  if (rc) return rc;
+  return eng_step_batch(r, r->ids, r->labels, m, e);
+}
+
+int eng_eval(eng_run *r, double *loss, eng_err *e) {
+  if (!r->eval) return eng_err_set(e, ENG_ESTATE, "spec: no eval_path to evaluate on");
+  // Each evaluation reads the same batches: rewind the held-out set.
+  eng_data_pos start = {0, 0};
+  int rc = eng_data_pos_set(r->eval, &start, e);
+  double sum = 0;
+  int64_t count = 0;
+  for (int i = 0; !rc && i < r->spec.eval_batches; i++) {
+    eng_exec_result res;
+    rc = eng_data_next(r->eval, r->spec.batch, r->ids, r->labels, e);
+    if (!rc) rc = eng_exec_run(r->exec, r->ids, r->labels, 0, NULL, r->spec.cancel, &res, e);
+    sum += res.loss_sum;
+    count += res.count;
+  }
+  if (!rc) *loss = count ? sum / (double)count : NAN;
+  return rc;
+}
+
+int eng_debug_grads(eng_run *r, const int32_t *ids, const int32_t *labels, double *loss,
+                    float *logits, eng_err *e) {
+  int rc = check_tokens(r, ids, labels, e);
+  if (rc) return rc;
+  eng_exec_result res;
+  if ((rc = eng_exec_run(r->exec, ids, labels, 1, logits, r->spec.cancel, &res, e))) return rc;
+  eng_exec_quiesce(r->exec);
+  *loss = res.count ? res.loss_sum / (double)res.count : NAN;
+  return 0;
+}
+
+int eng_debug_param(eng_run *r, const char *name, char which, float *dst, size_t numel, eng_err *e) {
+  int shard;
+  eng_tensor t;
+  if (eng_layout_find(&r->model.lo, name, &shard, &t))
+    return eng_err_set(e, ENG_EINVAL, "no parameter named \"%s\" in this model", name);
+  if (t.numel != numel)
+    return eng_err_set(e, ENG_EINVAL, "parameter \"%s\" has %zu values, not %zu", name, t.numel, numel);
+  eng_exec_quiesce(r->exec);
+  memcpy(dst, eng_model_tensor(&r->model, shard, &t, which), numel * sizeof(float));
+  return 0;
+}
+
+// ---- training state -------------------------------------------------------------
+
+// "meta": little-endian int64 fields; the shape fields refuse a checkpoint of
+// another model.
+enum {
+  META_MAGIC, META_VER, META_STEP, META_UPDATES, META_STREAK, META_EPOCH, META_INDEX,
+  META_VOCAB, META_D, META_LAYERS, META_HEADS, META_KV, META_HD, META_FF, META_TIE, META_ARCH,
+  META_COUNT
+};
+static const int64_t META_MAGIC_VALUE = 0x74726e6431LL; // "trnd1"
+
+static void meta_fill(const eng_run *r, int64_t *mt) {
+  const eng_config *c = &r->model.cfg;
+  eng_data_pos pos = {0, 0};
+  if (r->train) eng_data_pos_get(r->train, &pos);
+  int64_t v[META_COUNT] = {
+      META_MAGIC_VALUE, META_VERSION, r->step, r->updates, r->nonfinite_streak,
+      (int64_t)pos.epoch, (int64_t)pos.index, c->vocab, c->d_model, c->n_layers, c->n_heads,
+      c->n_kv_heads, c->head_dim, c->d_ff, c->tie_embeddings, c->arch};
+  memcpy(mt, v, sizeof v);
+}
+
+int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
+  eng_exec_quiesce(r->exec);
+  int64_t mt[META_COUNT];
+  meta_fill(r, mt);
+  int rc = st->ckpt_begin(st->ctx, r->step, e);
+  if (!rc) rc = st->ckpt_put(st->ctx, "meta", mt, sizeof mt, e);
+  // Shard by shard, straight from the model state: host memory never doubles.
+  for (int s = 0; !rc && s < r->model.lo.n_shards; s++) {
+    const eng_shard *sh = &r->model.shards[s];
+    char name[32];
+    const float *parts[3] = {sh->w, sh->m, sh->v};
+    const char tags[3] = {'w', 'm', 'v'};
+    for (int k = 0; !rc && k < 3; k++) {
+      snprintf(name, sizeof name, "%c.%d", tags[k], s);
+      rc = st->ckpt_put(st->ctx, name, parts[k], sh->numel * sizeof(float), e);
+    }
+  }
+  if (!rc) rc = st->ckpt_commit(st->ctx, e);
+  return rc;
+}
+
+int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
+  int64_t step;
+  int rc = st->ckpt_latest(st->ctx, &step, e);
+  if (rc) return rc; // 1: nothing to resume from
+  int64_t mt[META_COUNT], want[META_COUNT];
+  if ((rc = st->ckpt_get(st->ctx, step, "meta", mt, sizeof mt, e))) return rc;
+  meta_fill(r, want);
+  if (mt[META_MAGIC] != META_MAGIC_VALUE || mt[META_VER] != META_VERSION)
+    return eng_err_set(e, ENG_EINVAL, "checkpoint at step %lld: unknown format (magic %llx, version %lld)",
+                       (long long)step, (unsigned long long)mt[META_MAGIC], (long long)mt[META_VER]);
+  for (int i = META_VOCAB; i < META_COUNT; i++)
+    if (mt[i] != want[i])
+      return eng_err_set(e, ENG_ESTATE, "checkpoint at step %lld belongs to another model shape "
+                         "(field %d is %lld, this run has %lld)", (long long)step, i,
+                         (long long)mt[i], (long long)want[i]);
+  eng_exec_quiesce(r->exec);
+  for (int s = 0; !rc && s < r->model.lo.n_shards; s++) {
+    eng_shard *sh = &r->model.shards[s];
+    float *parts[3] = {sh->w, sh->m, sh->v};
+    const char tags[3] = {'w', 'm', 'v'};
+    for (int k = 0; !rc && k < 3; k++) {
+      char name[32];
+      snprintf(name, sizeof name, "%c.%d", tags[k], s);
+      rc = st->ckpt_get(st->ctx, step, name, parts[k], sh->numel * sizeof(float), e);
+    }
+  }
+  if (rc) return rc;
+  r->step = mt[META_STEP];
+  r->updates = mt[META_UPDATES];
+  r->nonfinite_streak = (int)mt[META_STREAK];
+  if (r->train) {
+    eng_data_pos pos = {(uint64_t)mt[META_EPOCH], (uint64_t)mt[META_INDEX]};
+    rc = eng_data_pos_set(r->train, &pos, e);
+  }
+  return rc;
+}
+
+int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e) {
+  eng_exec_quiesce(r->exec);
+  const float *ws[r->model.lo.n_shards];
+  for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;
+  return eng_hf_save(dir, &r->model.cfg, &r->model.lo, ws, bf16, 0, e);
+}
+
+int64_t eng_steps_done(const eng_run *r) { return r->step; }
+const eng_config *eng_run_config(const eng_run *r) { return &r->model.cfg; }
+size_t eng_param_count(const eng_run *r) { return r->model.lo.total_numel; }

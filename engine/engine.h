@@ -1,0 +1,114 @@
+// libtraind_engine's public API: what a test, a benchmark and the daemon
+// drive. Open a run from a spec, step it, read metrics, save and load the
+// complete training state through an eng_store, close. Every call returns 0
+// or a negative ENG_E* code with a sentence in the eng_err; nothing prints.
+//
+// Threads: one run is driven from one thread at a time. The engine starts
+// its own stream threads (copy-in, copy-out, optimizer) and OpenMP threads.
+#ifndef ENG_ENGINE_H
+#define ENG_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "model/config.h"
+#include "store.h"
+
+typedef enum { ENG_OPT_ADAMW = 0 } eng_optimizer;
+
+// Where the boundary checkpoints of the forward live.
+typedef enum { ENG_PLACE_DEVICE = 0, ENG_PLACE_HOST = 1 } eng_place;
+
+typedef struct eng_metrics {
+  int64_t step;          // steps completed (the one just taken is step - 1, 0-based)
+  double loss;           // mean cross-entropy over the step's counted tokens
+  double eval_loss;      // last held-out loss, NAN when none evaluated yet
+  double grad_norm;      // global gradient norm before clipping
+  double lr;             // learning rate used by the step
+  int skipped;           // 1 when non-finite gradients made the step skip its update
+  int64_t tokens;        // tokens in the step (batch * seq)
+  double tokens_per_s;   // tokens / wall time of the step
+  double t_fwd, t_loss, t_bwd, t_opt_wait, t_total; // seconds per phase
+  size_t peak_arena;     // most device-arena bytes in use so far
+  size_t arena_cap;      // the cap
+  uint64_t bytes_in;     // host -> device bytes in this step
+  uint64_t bytes_out;    // device -> host bytes in this step
+} eng_metrics;
+
+// Called after each step (and after each evaluation); return nonzero to cancel.
+typedef int (*eng_progress_fn)(void *ctx, const eng_metrics *m);
+
+typedef struct eng_spec {
+  // Model: a Hugging Face directory (config.json + safetensors), or random
+  // init from `config` (all fields set) when model_dir is NULL.
+  const char *model_dir;
+  eng_config config;
+  uint64_t seed;          // init, data order
+
+  // Data (engine/data): .bin shards, .jsonl SFT records, or text (bytes).
+  const char *train_path; // may be NULL when only eng_step_batch is used
+  const char *eval_path;  // optional held-out file
+  int eval_every;         // steps between evaluations (0 = never)
+  int eval_batches;       // batches per evaluation (default 4)
+  int seq_len;            // T
+  int batch;              // sequences per step (the global batch)
+  int micro_batches;      // batch is split into this many (must divide batch)
+
+  // Optimizer and schedule: linear warmup to lr, cosine decay to min_lr at total_steps.
+  eng_optimizer optimizer;
+  float lr, min_lr, beta1, beta2, eps, weight_decay; // decay applies to matrices only
+  float clip;             // global-norm clip (0 = off)
+  int warmup_steps, total_steps;
+
+  // Streaming policy until the planner exists (DESIGN §2).
+  size_t device_cap;      // bytes of device arena allowed
+  int ckpt_every;         // boundary checkpoint every k layers (0: only the first)
+  eng_place ckpt_place;
+
+  eng_progress_fn progress; // optional
+  void *progress_ctx;
+  volatile int *cancel;     // optional; polled once per layer
+} eng_spec;
+
+typedef struct eng_run eng_run;
+
+// Fills a spec with defaults: lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight
+// decay 0.1, clip 1.0, ckpt_every 1 on the device, 1 micro-batch, cap 1 GiB.
+void eng_spec_defaults(eng_spec *s);
+
+// Validates the spec, loads or initialises the model, plans the arena
+// (refusing a cap that cannot hold two layer slots and one micro-batch,
+// before anything is allocated) and starts the stream threads.
+int eng_open(const eng_spec *spec, eng_run **out, eng_err *e);
+
+// One optimizer step on the next batch of the training data.
+int eng_step(eng_run *r, eng_metrics *m, eng_err *e);
+// One optimizer step on a given batch: ids and labels are [batch][seq_len],
+// labels aligned with ids as in transformers (-100 = not counted).
+int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_metrics *m, eng_err *e);
+// Mean loss over eval_batches batches of the held-out data (no update).
+int eng_eval(eng_run *r, double *loss, eng_err *e);
+
+// Saves / restores the complete training state (weights, optimizer moments,
+// step, data position) as a checkpoint at the current step.
+int eng_save(eng_run *r, const eng_store *st, eng_err *e);
+// Loads the newest checkpoint of st (returns 1 when there is none).
+int eng_load(eng_run *r, const eng_store *st, eng_err *e);
+// Writes the model as a Hugging Face directory (fp32, or bf16 when bf16 != 0).
+int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e);
+
+int64_t eng_steps_done(const eng_run *r);
+const eng_config *eng_run_config(const eng_run *r);
+size_t eng_param_count(const eng_run *r);
+void eng_close(eng_run *r);
+
+// ---- inspection, for parity tests and debugging -----------------------------
+// Forward and backward on one batch without an update: the loss, optionally
+// the logits [batch, seq_len, vocab], and gradients left in the gradient store.
+int eng_debug_grads(eng_run *r, const int32_t *ids, const int32_t *labels, double *loss,
+                    float *logits, eng_err *e);
+// Copies a parameter (which = 'w') or its gradient ('g') by Hugging Face name.
+int eng_debug_param(eng_run *r, const char *name, char which, float *dst, size_t numel, eng_err *e);
+
+#endif

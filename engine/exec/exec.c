@@ -1,0 +1,539 @@
+#include "exec/exec.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/worker.h"
+#include "exec/layer.h"
+#include "kernels/kernels.h"
+#include "optim/adamw.h"
+
+// One weight copy: shard `shard` into weight slot `slot`, once the shard's
+// update count reaches `need`. The head stage copies the final norm and the
+// head matrix (lm_head, or the embedding when tied) into one slot.
+typedef struct copy_job {
+  eng_exec *x;
+  int shard, slot;
+  int64_t need;
+} copy_job;
+
+// One gradient copy: a gradient slot's contents into the host store.
+typedef struct out_job {
+  eng_exec *x;
+  int shard, slot;
+} out_job;
+
+typedef struct opt_job {
+  eng_exec *x;
+  int shard;
+  eng_exec_update u;
+} opt_job;
+
+enum { MAX_SCHED = 4096 };
+
+struct eng_exec {
+  eng_model *m;
+  eng_dev *dev;
+  eng_exec_policy p;
+  int L, mb;            // layers; sequences per micro-batch
+  size_t slot_floats;   // a weight/gradient slot: max(layer shard, head stage)
+  size_t bnd_floats;    // one boundary activation of the whole batch: B*T*d
+
+  // arena
+  float *wslot[2], *gslot[2];
+  float *xa, *xb;       // forward: current / next boundary; backward: dy / dx
+  float *xc;            // staging for a checkpoint kept in host memory
+  float **ckpt;         // [L] boundary checkpoints (NULL where not kept)
+  float **rc;           // recompute buffers for the boundaries inside a block
+  int n_rc;
+  float *acts_buf, *scratch_buf, *ybuf;
+  eng_layer_acts acts;
+  eng_layer_scratch scratch;
+  float *h_xn, *h_rstd, *h_dxn, *h_scratch; // loss phase, one micro-batch
+  int32_t *targets;     // [B*T] shifted labels (host)
+  float **ckpt_host;    // [L] host copies when ckpt_place is host
+
+  // streams
+  eng_worker copy_in, copy_out, optim;
+  copy_job cjobs[2];
+  uint64_t cticket[2];  // copy-in ticket of what each slot holds (or will)
+  out_job ojobs[2];
+  uint64_t oticket[2];  // copy-out ticket that last read each gradient slot
+  opt_job *opt_jobs;    // one per shard
+  double *sumsq;        // per shard Σ g², filled by copy-out jobs
+
+  // weight versions: updates applied per shard, and rounds launched
+  pthread_mutex_t vmu;
+  pthread_cond_t vcv;
+  int64_t *version;
+  int64_t rounds;
+
+  // the step's weight schedule: shards in the order compute needs them
+  int sched[MAX_SCHED];
+  int n_sched, next_acquire;
+};
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int is_ckpt(const eng_exec_policy *p, int l) {
+  return l == 0 || (p->ckpt_every > 0 && l % p->ckpt_every == 0);
+}
+
+static int block_len_max(const eng_exec_policy *p, int L) {
+  return p->ckpt_every > 0 && p->ckpt_every < L ? p->ckpt_every : L;
+}
+
+// ---- arena plan --------------------------------------------------------------
+// One function lays out the arena both to size it (dev == NULL) and to carve
+// it, so the bytes refused up front are exactly the bytes used.
+
+typedef struct carve {
+  eng_dev *dev;
+  size_t bytes;
+} carve;
+
+static float *take(carve *c, size_t floats) {
+  size_t n = (floats * sizeof(float) + 63) & ~(size_t)63;
+  c->bytes += n;
+  return c->dev ? eng_dev_alloc(c->dev, n) : NULL;
+}
+
+static size_t head_stage_floats(const eng_config *c) {
+  return (size_t)c->d_model + (size_t)c->vocab * c->d_model;
+}
+
+static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy *p, carve *cv) {
+  eng_layout lo;
+  eng_layout_init(&lo, c);
+  const int L = c->n_layers, mb = p->batch / p->micro_batches, T = p->seq_len;
+  size_t slot = lo.layer_numel > head_stage_floats(c) ? lo.layer_numel : head_stage_floats(c);
+  size_t bnd = (size_t)p->batch * T * c->d_model, mbn = (size_t)mb * T;
+  x->slot_floats = slot;
+  x->bnd_floats = bnd;
+  for (int i = 0; i < 2; i++) x->wslot[i] = take(cv, slot);
+  for (int i = 0; i < 2; i++) x->gslot[i] = take(cv, slot);
+  x->xa = take(cv, bnd);
+  x->xb = take(cv, bnd);
+  x->xc = p->ckpt_place == ENG_PLACE_HOST ? take(cv, bnd) : NULL;
+  for (int l = 0; l < L; l++)
+    x->ckpt[l] = is_ckpt(p, l) && p->ckpt_place == ENG_PLACE_DEVICE ? take(cv, bnd) : NULL;
+  x->n_rc = block_len_max(p, L) - 1;
+  for (int j = 0; j < x->n_rc; j++) x->rc[j] = take(cv, bnd);
+  x->acts_buf = take(cv, eng_layer_acts_floats(c, mb, T));
+  x->scratch_buf = take(cv, eng_layer_scratch_floats(c, mb, T));
+  x->ybuf = take(cv, mbn * c->d_model);
+  x->h_xn = take(cv, mbn * c->d_model);
+  x->h_rstd = take(cv, mbn);
+  x->h_dxn = take(cv, mbn * c->d_model);
+  x->h_scratch = take(cv, eng_k_head_loss_scratch_floats(c->vocab));
+}
+
+size_t eng_exec_arena_bytes(const eng_config *c, const eng_exec_policy *p) {
+  eng_exec tmp;
+  float *ck[c->n_layers + 1], *rc[c->n_layers + 1];
+  memset(&tmp, 0, sizeof tmp);
+  tmp.ckpt = ck;
+  tmp.rc = rc;
+  carve cv = {NULL, 0};
+  layout_arena(&tmp, c, p, &cv);
+  return cv.bytes;
+}
+
+// ---- versions: the next step's copy of a shard waits for its update --------
+
+static void version_wait(eng_exec *x, int shard, int64_t need) {
+  pthread_mutex_lock(&x->vmu);
+  while (x->version[shard] < need) pthread_cond_wait(&x->vcv, &x->vmu);
+  pthread_mutex_unlock(&x->vmu);
+}
+
+static void version_bump(eng_exec *x, int shard) {
+  pthread_mutex_lock(&x->vmu);
+  x->version[shard]++;
+  pthread_cond_broadcast(&x->vcv);
+  pthread_mutex_unlock(&x->vmu);
+}
+
+// ---- copy-in -----------------------------------------------------------------
+
+static void copy_in_run(void *arg) {
+  copy_job *j = arg;
+  eng_exec *x = j->x;
+  eng_model *m = x->m;
+  const int head = m->lo.n_layers + 1;
+  float *dst = x->wslot[j->slot];
+  if (j->shard == head) {
+    const eng_layout *lo = &m->lo;
+    version_wait(x, head, j->need);
+    version_wait(x, 0, j->need);
+    const float *hw = m->shards[head].w;
+    x->dev->ops->copy_in(x->dev, dst, hw + lo->final_norm.off, lo->final_norm.numel * sizeof(float));
+    const float *mat = lo->lm_head.numel ? hw + lo->lm_head.off : m->shards[0].w;
+    x->dev->ops->copy_in(x->dev, dst + lo->final_norm.numel, mat, lo->embed.numel * sizeof(float));
+  } else {
+    version_wait(x, j->shard, j->need);
+    x->dev->ops->copy_in(x->dev, dst, m->shards[j->shard].w, m->shards[j->shard].numel * sizeof(float));
+  }
+}
+
+static void sched_submit(eng_exec *x, int i) {
+  if (i >= x->n_sched) return;
+  int slot = i & 1;
+  x->cjobs[slot] = (copy_job){x, x->sched[i], slot, x->rounds};
+  x->cticket[slot] = eng_worker_submit(&x->copy_in, copy_in_run, &x->cjobs[slot]);
+}
+
+// Weights of the next shard in the schedule; waits for its copy.
+static const float *sched_acquire(eng_exec *x, int shard, double *t_wait) {
+  int i = x->next_acquire++;
+  int slot = i & 1;
+  (void)shard; // the schedule was built in compute order; shard documents the call site
+  double t0 = now();
+  eng_worker_wait(&x->copy_in, x->cticket[slot]);
+  *t_wait += now() - t0;
+  return x->wslot[slot];
+}
+
+// Compute is done with the slot of schedule entry i: refill it with entry i+2.
+static void sched_release(eng_exec *x) { sched_submit(x, x->next_acquire + 1); }
+
+static void sched_begin(eng_exec *x) {
+  x->next_acquire = 0;
+  sched_submit(x, 0);
+  sched_submit(x, 1);
+}
+
+// ---- copy-out ----------------------------------------------------------------
+
+static void copy_out_run(void *arg) {
+  out_job *j = arg;
+  eng_exec *x = j->x;
+  eng_model *m = x->m;
+  const eng_layout *lo = &m->lo;
+  const int head = lo->n_layers + 1;
+  const float *src = x->gslot[j->slot];
+  if (j->shard == head) {
+    float *hg = m->shards[head].g;
+    x->dev->ops->copy_out(x->dev, hg + lo->final_norm.off, src, lo->final_norm.numel * sizeof(float));
+    // Tied: the head's gradient is the first contribution to the embedding's.
+    float *mat = lo->lm_head.numel ? hg + lo->lm_head.off : m->shards[0].g;
+    x->dev->ops->copy_out(x->dev, mat, src + lo->final_norm.numel, lo->embed.numel * sizeof(float));
+  } else {
+    x->dev->ops->copy_out(x->dev, m->shards[j->shard].g, src, m->shards[j->shard].numel * sizeof(float));
+  }
+  x->sumsq[j->shard] = eng_k_sumsq(m->shards[j->shard].g, m->shards[j->shard].numel);
+}
+
+// A gradient slot for the next shard, zeroed once its last copy-out is done.
+static float *gslot_begin(eng_exec *x, int i, size_t floats, double *t_wait) {
+  double t0 = now();
+  eng_worker_wait(&x->copy_out, x->oticket[i & 1]);
+  *t_wait += now() - t0;
+  memset(x->gslot[i & 1], 0, floats * sizeof(float));
+  return x->gslot[i & 1];
+}
+
+static void gslot_end(eng_exec *x, int i, int shard) {
+  x->ojobs[i & 1] = (out_job){x, shard, i & 1};
+  x->oticket[i & 1] = eng_worker_submit(&x->copy_out, copy_out_run, &x->ojobs[i & 1]);
+}
+
+// ---- optimizer -----------------------------------------------------------------
+
+static void opt_run(void *arg) {
+  opt_job *j = arg;
+  eng_exec *x = j->x;
+  eng_model *m = x->m;
+  const eng_layout *lo = &m->lo;
+  eng_shard *sh = &m->shards[j->shard];
+  const int head = lo->n_layers + 1;
+  // Decoupled weight decay applies to matrices only, so walk the shard's tensors.
+  const eng_tensor *ts[ENG_P_LAYER_COUNT];
+  int nt = 0;
+  if (j->shard == 0) ts[nt++] = &lo->embed;
+  else if (j->shard == head) {
+    ts[nt++] = &lo->final_norm;
+    if (lo->lm_head.numel) ts[nt++] = &lo->lm_head;
+  } else
+    for (int p = 0; p < ENG_P_LAYER_COUNT; p++)
+      if (lo->layer_proto[p].numel) ts[nt++] = &lo->layer_proto[p];
+  for (int i = 0; i < nt; i++) {
+    const eng_tensor *t = ts[i];
+    float wd = t->cols ? j->u.weight_decay : 0.0f;
+    eng_adamw_update(sh->w + t->off, sh->g + t->off, sh->m + t->off, sh->v + t->off, t->numel,
+                     j->u.lr, wd, j->u.beta1, j->u.beta2, j->u.eps, j->u.clip_scale, j->u.t);
+  }
+  version_bump(x, j->shard);
+}
+
+void eng_exec_update_launch(eng_exec *x, const eng_exec_update *u) {
+  // The order the next forward needs them: embedding, layers, head.
+  x->rounds++;
+  for (int s = 0; s < x->m->lo.n_shards; s++) {
+    x->opt_jobs[s] = (opt_job){x, s, *u};
+    eng_worker_submit(&x->optim, opt_run, &x->opt_jobs[s]);
+  }
+}
+
+void eng_exec_quiesce(eng_exec *x) {
+  eng_worker_drain(&x->optim);
+  eng_worker_drain(&x->copy_in);
+  eng_worker_drain(&x->copy_out);
+}
+
+// ---- open / close --------------------------------------------------------------
+
+int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_policy *p, eng_err *e) {
+  const eng_config *c = &m->cfg;
+  if (p->micro_batches < 1 || p->batch % p->micro_batches != 0)
+    return eng_err_set(e, ENG_EINVAL, "spec: micro_batches (%d) must divide batch (%d)",
+                       p->micro_batches, p->batch);
+  size_t need = eng_exec_arena_bytes(c, p);
+  char what[160];
+  snprintf(what, sizeof what, "two layer slots, two gradient slots, %s and one micro-batch of %d",
+           p->ckpt_place == ENG_PLACE_DEVICE ? "the boundary checkpoints" : "the boundary buffers",
+           p->batch / p->micro_batches);
+  int rc = eng_dev_reserve(dev, need, what, e);
+  if (rc) return rc;
+
+  eng_exec *x = calloc(1, sizeof *x);
+  if (!x) return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor");
+  x->m = m;
+  x->dev = dev;
+  x->p = *p;
+  x->L = c->n_layers;
+  x->mb = p->batch / p->micro_batches;
+  x->ckpt = calloc((size_t)x->L, sizeof *x->ckpt);
+  x->ckpt_host = calloc((size_t)x->L, sizeof *x->ckpt_host);
+  x->rc = calloc((size_t)x->L + 1, sizeof *x->rc);
+  x->version = calloc((size_t)m->lo.n_shards, sizeof *x->version);
+  x->sumsq = calloc((size_t)m->lo.n_shards, sizeof *x->sumsq);
+  x->opt_jobs = calloc((size_t)m->lo.n_shards, sizeof *x->opt_jobs);
+  x->targets = malloc(sizeof(int32_t) * (size_t)p->batch * p->seq_len);
+  if (!x->ckpt || !x->ckpt_host || !x->rc || !x->version || !x->sumsq || !x->opt_jobs || !x->targets) {
+    eng_exec_close(x);
+    return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's tables");
+  }
+  carve cv = {dev, 0};
+  layout_arena(x, c, p, &cv);
+  eng_layer_acts_bind(&x->acts, x->acts_buf, c, x->mb, p->seq_len);
+  eng_layer_scratch_bind(&x->scratch, x->scratch_buf, c, x->mb, p->seq_len);
+  if (p->ckpt_place == ENG_PLACE_HOST) {
+    for (int l = 0; l < x->L; l++) {
+      if (!is_ckpt(p, l)) continue;
+      if (posix_memalign((void **)&x->ckpt_host[l], 64, x->bnd_floats * sizeof(float))) {
+        eng_exec_close(x);
+        return eng_err_set(e, ENG_ENOMEM, "cannot allocate host checkpoints of %zu bytes",
+                           x->bnd_floats * sizeof(float));
+      }
+    }
+  }
+  pthread_mutex_init(&x->vmu, NULL);
+  pthread_cond_init(&x->vcv, NULL);
+  if (eng_worker_start(&x->copy_in, 4) || eng_worker_start(&x->copy_out, 4) ||
+      eng_worker_start(&x->optim, (uint32_t)m->lo.n_shards + 1)) {
+    eng_exec_close(x);
+    return eng_err_set(e, ENG_ENOMEM, "cannot start the executor's stream threads");
+  }
+  *out = x;
+  return 0;
+}
+
+void eng_exec_close(eng_exec *x) {
+  if (!x) return;
+  if (x->optim.started) eng_exec_quiesce(x);
+  eng_worker_stop(&x->copy_in);
+  eng_worker_stop(&x->copy_out);
+  eng_worker_stop(&x->optim);
+  if (x->version) {
+    pthread_mutex_destroy(&x->vmu);
+    pthread_cond_destroy(&x->vcv);
+  }
+  if (x->ckpt_host)
+    for (int l = 0; l < x->L; l++) free(x->ckpt_host[l]);
+  free(x->ckpt_host);
+  free(x->ckpt);
+  free(x->rc);
+  free(x->version);
+  free(x->sumsq);
+  free(x->opt_jobs);
+  free(x->targets);
+  free(x);
+}
+
+// ---- the step ------------------------------------------------------------------
+
+// Rows of micro-batch i inside a full-batch boundary buffer.
+static float *mbrow(const eng_exec *x, float *buf, int i) {
+  return buf + (size_t)i * x->mb * x->p.seq_len * x->m->cfg.d_model;
+}
+
+static int cancelled(volatile int *cancel) { return cancel && *cancel; }
+
+static void build_schedule(eng_exec *x, int backward) {
+  const int L = x->L, head = L + 1;
+  int n = 0;
+  for (int l = 0; l < L; l++) x->sched[n++] = l + 1;
+  x->sched[n++] = head;
+  if (backward) {
+    // Blocks [c, e) from the end: re-stream c..e-2 to recompute the block's
+    // inner boundaries, then e-1 down to c for the backward.
+    int e = L;
+    while (e > 0) {
+      int c = e - 1;
+      while (!is_ckpt(&x->p, c)) c--;
+      for (int l = c; l <= e - 2; l++) x->sched[n++] = l + 1;
+      for (int l = e - 1; l >= c; l--) x->sched[n++] = l + 1;
+      e = c;
+    }
+  }
+  x->n_sched = n;
+}
+
+// Puts boundary l (input of layer l, whole batch) where the policy keeps it.
+static void ckpt_store(eng_exec *x, int l, const float *src) {
+  size_t bytes = x->bnd_floats * sizeof(float);
+  if (x->p.ckpt_place == ENG_PLACE_DEVICE) memcpy(x->ckpt[l], src, bytes);
+  else x->dev->ops->copy_out(x->dev, x->ckpt_host[l], src, bytes);
+}
+
+static const float *ckpt_fetch(eng_exec *x, int l) {
+  if (x->p.ckpt_place == ENG_PLACE_DEVICE) return x->ckpt[l];
+  x->dev->ops->copy_in(x->dev, x->xc, x->ckpt_host[l], x->bnd_floats * sizeof(float));
+  return x->xc;
+}
+
+// Waits for the step's pending copies before an early return.
+static int abort_step(eng_exec *x, int rc, eng_err *e) {
+  eng_worker_drain(&x->copy_in);
+  eng_worker_drain(&x->copy_out);
+  x->n_sched = 0;
+  if (rc == ENG_ECANCEL) eng_err_set(e, ENG_ECANCEL, "the run was cancelled");
+  return rc;
+}
+
+int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int backward,
+                 float *logits, volatile int *cancel, eng_exec_result *res, eng_err *e) {
+  eng_model *m = x->m;
+  const eng_config *c = &m->cfg;
+  const eng_layout *lo = &m->lo;
+  const int L = x->L, T = x->p.seq_len, B = x->p.batch, mb = x->mb, nmb = x->p.micro_batches;
+  const int d = c->d_model, V = c->vocab, head = L + 1;
+  const size_t mbn = (size_t)mb * T;
+  memset(res, 0, sizeof *res);
+
+  // Labels are aligned with ids (transformers): position t predicts labels[t+1].
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      int32_t y = t + 1 < T ? labels[(size_t)b * T + t + 1] : -1;
+      x->targets[(size_t)b * T + t] = y < 0 ? -1 : y;
+      res->count += y >= 0;
+    }
+
+  build_schedule(x, backward);
+  sched_begin(x);
+  double t0 = now();
+
+  // Embedding: a gather from the host table straight into the arena (on a
+  // GPU it is a host gather plus one copy of B*T*d values, not the table).
+  version_wait(x, 0, x->rounds);
+  eng_k_embed_fwd(x->xa, m->shards[0].w, ids, B * T, d);
+  atomic_fetch_add(&x->dev->bytes_in, x->bnd_floats * sizeof(float));
+
+  float *cur = x->xa, *nxt = x->xb;
+  for (int l = 0; l < L; l++) {
+    if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
+    if (is_ckpt(&x->p, l) && backward) ckpt_store(x, l, cur);
+    const float *w = sched_acquire(x, l + 1, &res->t_wait);
+    for (int i = 0; i < nmb; i++)
+      eng_layer_fwd(c, lo, w, mbrow(x, cur, i), mbrow(x, nxt, i), mb, T, &x->acts);
+    sched_release(x);
+    float *t = cur;
+    cur = nxt;
+    nxt = t;
+  }
+  double t1 = now();
+  res->t_fwd = t1 - t0;
+
+  // Loss fused with the head, micro-batch by micro-batch; dx of the last
+  // boundary lands in nxt, which becomes dy of the backward.
+  if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
+  const float *hw = sched_acquire(x, head, &res->t_wait);
+  float *hg = NULL;
+  if (backward) hg = gslot_begin(x, 0, lo->final_norm.numel + lo->embed.numel, &res->t_wait);
+  const float *fnorm = hw, *wmat = hw + lo->final_norm.numel;
+  float scale = res->count ? 1.0f / (float)res->count : 0.0f;
+  for (int i = 0; i < nmb; i++) {
+    const float *xl = mbrow(x, cur, i);
+    eng_k_rmsnorm_fwd(x->h_xn, x->h_rstd, xl, fnorm, (int)mbn, d, c->rms_eps);
+    float *lg = logits ? logits + (size_t)i * mbn * V : NULL;
+    res->loss_sum += eng_k_head_loss(backward ? x->h_dxn : NULL, backward ? hg + lo->final_norm.numel : NULL,
+                                     lg, x->h_xn, wmat, x->targets + (size_t)i * mbn, (int)mbn, d, V,
+                                     scale, x->h_scratch);
+    if (backward)
+      eng_k_rmsnorm_bwd(mbrow(x, nxt, i), hg, x->h_dxn, xl, fnorm, x->h_rstd, (int)mbn, d, 0);
+  }
+  sched_release(x);
+  double t2 = now();
+  res->t_loss = t2 - t1;
+  if (!backward) return 0;
+  gslot_end(x, 0, head);
+
+  // Backward, block by block from the end.
+  float *dy = nxt, *dx = cur;
+  int gi = 1;
+  int e_ = L;
+  while (e_ > 0) {
+    int cb = e_ - 1;
+    while (!is_ckpt(&x->p, cb)) cb--;
+    const float *xin0 = ckpt_fetch(x, cb);
+    // Recompute the block's inner boundaries x_{cb+1} .. x_{e-1}.
+    for (int l = cb; l <= e_ - 2; l++) {
+      if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
+      const float *w = sched_acquire(x, l + 1, &res->t_wait);
+      const float *in = l == cb ? xin0 : x->rc[l - cb - 1];
+      for (int i = 0; i < nmb; i++)
+        eng_layer_fwd(c, lo, w, mbrow(x, (float *)in, i), mbrow(x, x->rc[l - cb], i), mb, T, &x->acts);
+      sched_release(x);
+    }
+    for (int l = e_ - 1; l >= cb; l--) {
+      if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
+      const float *w = sched_acquire(x, l + 1, &res->t_wait);
+      float *g = gslot_begin(x, gi, lo->layer_numel, &res->t_wait);
+      const float *in = l == cb ? xin0 : x->rc[l - cb - 1];
+      for (int i = 0; i < nmb; i++) {
+        const float *xi = mbrow(x, (float *)in, i);
+        eng_layer_fwd(c, lo, w, xi, x->ybuf, mb, T, &x->acts);
+        eng_layer_bwd(c, lo, w, g, xi, &x->acts, mbrow(x, dy, i), mbrow(x, dx, i), mb, T, &x->scratch);
+      }
+      sched_release(x);
+      gslot_end(x, gi++, l + 1);
+      float *t = dy;
+      dy = dx;
+      dx = t;
+    }
+    e_ = cb;
+  }
+
+  // Embedding backward: scatter dx of boundary 0 into the host table's
+  // gradient. Tied, the head's copy-out wrote its first contribution there
+  // (wait for it); untied, the store starts from zero.
+  eng_worker_drain(&x->copy_out);
+  atomic_fetch_add(&x->dev->bytes_out, x->bnd_floats * sizeof(float));
+  if (lo->lm_head.numel) memset(m->shards[0].g, 0, m->shards[0].numel * sizeof(float));
+  eng_k_embed_bwd(m->shards[0].g, dy, ids, B * T, d);
+  x->sumsq[0] = eng_k_sumsq(m->shards[0].g, m->shards[0].numel);
+  res->t_bwd = now() - t2;
+
+  // Shard order, not completion order, so the sum is the same every run.
+  for (int s = 0; s < lo->n_shards; s++) res->grad_sumsq += x->sumsq[s];
+  return 0;
+}

@@ -1,0 +1,62 @@
+// The layer-streaming executor (DESIGN §2). It owns the device arena layout
+// of a run: two weight slots, two gradient slots, the boundary activations
+// of the whole batch, the checkpoints the policy keeps, the recompute buffers
+// and one micro-batch of workspace. Weights stream in on the copy-in worker
+// while compute runs; gradients stream out on the copy-out worker with their
+// squared norms; updates run per shard on the optimizer worker, and the next
+// step's copy of shard s waits only for shard s's update.
+#ifndef ENG_EXEC_EXEC_H
+#define ENG_EXEC_EXEC_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "engine.h"
+#include "model/model.h"
+
+typedef struct eng_exec_policy {
+  int batch, seq_len, micro_batches;
+  int ckpt_every;   // boundary checkpoint every k layers; 0 = only boundary 0
+  eng_place ckpt_place;
+} eng_exec_policy;
+
+// Parameters of one update round, applied shard by shard.
+typedef struct eng_exec_update {
+  float lr, beta1, beta2, eps, weight_decay;
+  float clip_scale;   // gradients are multiplied by this (1 = no clipping)
+  int64_t t;          // 1-based optimizer step, for bias correction
+} eng_exec_update;
+
+typedef struct eng_exec_result {
+  double loss_sum;       // Σ cross-entropy over counted tokens
+  int64_t count;         // counted tokens
+  double grad_sumsq;     // Σ g² over the whole model (valid after a backward)
+  double t_fwd, t_loss, t_bwd, t_wait;
+} eng_exec_result;
+
+typedef struct eng_exec eng_exec;
+
+// Device bytes the policy needs for model m (without allocating anything).
+size_t eng_exec_arena_bytes(const eng_config *c, const eng_exec_policy *p);
+
+// Reserves the arena (refusing a cap that is too small) and starts workers.
+int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_policy *p, eng_err *e);
+
+// Forward (and backward when backward != 0) over one batch: ids/labels are
+// [batch][seq_len]; logits, when not NULL, receives [batch][seq_len][vocab].
+// After a backward the model's gradient store holds the batch's gradients.
+// Polls *cancel once per layer (ENG_ECANCEL).
+int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int backward,
+                 float *logits, volatile int *cancel, eng_exec_result *res, eng_err *e);
+
+// Launches an update round on the optimizer worker (embedding, layers, head)
+// and returns at once; the next eng_exec_run waits per shard.
+void eng_exec_update_launch(eng_exec *x, const eng_exec_update *u);
+
+// Waits until every launched update and copy has finished (before reading or
+// writing the model state from outside).
+void eng_exec_quiesce(eng_exec *x);
+
+void eng_exec_close(eng_exec *x);
+
+#endif

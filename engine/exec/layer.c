@@ -1,0 +1,137 @@
+#include "exec/layer.h"
+
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#define W(p) (lo->layer_proto[p].numel ? w + lo->layer_proto[p].off : NULL)
+#define DW(p) (lo->layer_proto[p].numel ? dw + lo->layer_proto[p].off : NULL)
+
+size_t eng_layer_acts_floats(const eng_config *c, int B, int T) {
+  size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
+  size_t kvd = (size_t)c->n_kv_heads * c->head_dim, ff = c->d_ff;
+  size_t qk = c->qk_norm ? n * (qd + kvd) + n * (c->n_heads + c->n_kv_heads) : 0;
+  return n * d * 3 + n * 2 + qk + n * (qd + 2 * kvd) + n * qd + (size_t)B * c->n_heads * T +
+         n * ff * 3;
+}
+
+size_t eng_layer_scratch_floats(const eng_config *c, int B, int T) {
+  size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
+  size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
+  return n * c->d_ff * 3 + n * d * 2 + n * qd * 2 + n * kvd * 2;
+}
+
+static float *take(float **p, size_t n) {
+  float *r = *p;
+  *p += n;
+  return r;
+}
+
+void eng_layer_acts_bind(eng_layer_acts *a, float *p, const eng_config *c, int B, int T) {
+  size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
+  size_t kvd = (size_t)c->n_kv_heads * c->head_dim, ff = c->d_ff;
+  memset(a, 0, sizeof *a);
+  a->xn1 = take(&p, n * d);
+  a->rstd1 = take(&p, n);
+  if (c->qk_norm) {
+    a->qpre = take(&p, n * qd);
+    a->kpre = take(&p, n * kvd);
+    a->rstdq = take(&p, n * c->n_heads);
+    a->rstdk = take(&p, n * c->n_kv_heads);
+  }
+  a->q = take(&p, n * qd);
+  a->k = take(&p, n * kvd);
+  a->v = take(&p, n * kvd);
+  a->att = take(&p, n * qd);
+  a->lse = take(&p, (size_t)B * c->n_heads * T);
+  a->xmid = take(&p, n * d);
+  a->xn2 = take(&p, n * d);
+  a->rstd2 = take(&p, n);
+  a->gate = take(&p, n * ff);
+  a->up = take(&p, n * ff);
+  a->hact = take(&p, n * ff);
+}
+
+void eng_layer_scratch_bind(eng_layer_scratch *s, float *p, const eng_config *c, int B, int T) {
+  size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
+  size_t kvd = (size_t)c->n_kv_heads * c->head_dim, ff = c->d_ff;
+  s->dff1 = take(&p, n * ff);
+  s->dff2 = take(&p, n * ff);
+  s->dff3 = take(&p, n * ff);
+  s->dxn = take(&p, n * d);
+  s->dxmid = take(&p, n * d);
+  s->datt = take(&p, n * qd);
+  s->dq = take(&p, n * qd);
+  s->dk = take(&p, n * kvd);
+  s->dv = take(&p, n * kvd);
+}
+
+static void add_into(float *y, const float *a, const float *b, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, const float *x,
+                   float *y, int B, int T, eng_layer_acts *a) {
+  const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+  const int qd = H * hd, kvd = KV * hd, ff = c->d_ff;
+
+  eng_k_rmsnorm_fwd(a->xn1, a->rstd1, x, W(ENG_P_ATTN_NORM), n, d, c->rms_eps);
+  float *q = c->qk_norm ? a->qpre : a->q, *k = c->qk_norm ? a->kpre : a->k;
+  eng_k_linear_fwd(q, a->xn1, W(ENG_P_WQ), W(ENG_P_BQ), n, d, qd);
+  eng_k_linear_fwd(k, a->xn1, W(ENG_P_WK), W(ENG_P_BK), n, d, kvd);
+  eng_k_linear_fwd(a->v, a->xn1, W(ENG_P_WV), W(ENG_P_BV), n, d, kvd);
+  if (c->qk_norm) { // Qwen3: RMSNorm over each head's hd values, before RoPE
+    eng_k_rmsnorm_fwd(a->q, a->rstdq, a->qpre, W(ENG_P_QNORM), n * H, hd, c->rms_eps);
+    eng_k_rmsnorm_fwd(a->k, a->rstdk, a->kpre, W(ENG_P_KNORM), n * KV, hd, c->rms_eps);
+  }
+  eng_k_rope_fwd(a->q, B, T, H, hd, c->rope_theta);
+  eng_k_rope_fwd(a->k, B, T, KV, hd, c->rope_theta);
+  eng_k_attention_fwd(a->att, a->lse, a->q, a->k, a->v, B, T, H, KV, hd);
+  // o projection lands in y, then the residual makes xmid.
+  eng_k_linear_fwd(y, a->att, W(ENG_P_WO), NULL, n, qd, d);
+  add_into(a->xmid, x, y, (size_t)n * d);
+
+  eng_k_rmsnorm_fwd(a->xn2, a->rstd2, a->xmid, W(ENG_P_MLP_NORM), n, d, c->rms_eps);
+  eng_k_linear_fwd(a->gate, a->xn2, W(ENG_P_WGATE), NULL, n, d, ff);
+  eng_k_linear_fwd(a->up, a->xn2, W(ENG_P_WUP), NULL, n, d, ff);
+  eng_k_swiglu_fwd(a->hact, a->gate, a->up, (size_t)n * ff);
+  eng_k_linear_fwd(y, a->hact, W(ENG_P_WDOWN), NULL, n, ff, d);
+  add_into(y, y, a->xmid, (size_t)n * d);
+}
+
+void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, float *dw,
+                   const float *x, const eng_layer_acts *a, const float *dy, float *dx,
+                   int B, int T, eng_layer_scratch *s) {
+  const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+  const int qd = H * hd, kvd = KV * hd, ff = c->d_ff;
+
+  // MLP: y = xmid + down(silu(gate) * up), gate/up = proj(norm2(xmid)).
+  eng_k_linear_bwd(s->dff1, DW(ENG_P_WDOWN), NULL, dy, a->hact, W(ENG_P_WDOWN), n, ff, d, 0);
+  eng_k_swiglu_bwd(s->dff2, s->dff3, s->dff1, a->gate, a->up, (size_t)n * ff);
+  eng_k_linear_bwd(s->dxn, DW(ENG_P_WGATE), NULL, s->dff2, a->xn2, W(ENG_P_WGATE), n, d, ff, 0);
+  eng_k_linear_bwd(s->dxn, DW(ENG_P_WUP), NULL, s->dff3, a->xn2, W(ENG_P_WUP), n, d, ff, 1);
+  memcpy(s->dxmid, dy, sizeof(float) * (size_t)n * d); // the residual path
+  eng_k_rmsnorm_bwd(s->dxmid, DW(ENG_P_MLP_NORM), s->dxn, a->xmid, W(ENG_P_MLP_NORM), a->rstd2,
+                    n, d, 1);
+
+  // Attention: xmid = x + o(attn(rope(qk_norm(proj(norm1(x)))))).
+  eng_k_linear_bwd(s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0);
+  eng_k_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, B, T, H,
+                      KV, hd);
+  eng_k_rope_bwd(s->dq, B, T, H, hd, c->rope_theta);
+  eng_k_rope_bwd(s->dk, B, T, KV, hd, c->rope_theta);
+  if (c->qk_norm) { // back through the per-head norms; datt is free to hold dq_pre
+    eng_k_rmsnorm_bwd(s->datt, DW(ENG_P_QNORM), s->dq, a->qpre, W(ENG_P_QNORM), a->rstdq, n * H,
+                      hd, 0);
+    memcpy(s->dq, s->datt, sizeof(float) * (size_t)n * qd);
+    eng_k_rmsnorm_bwd(s->datt, DW(ENG_P_KNORM), s->dk, a->kpre, W(ENG_P_KNORM), a->rstdk,
+                      n * KV, hd, 0);
+    memcpy(s->dk, s->datt, sizeof(float) * (size_t)n * kvd);
+  }
+  eng_k_linear_bwd(s->dxn, DW(ENG_P_WQ), DW(ENG_P_BQ), s->dq, a->xn1, W(ENG_P_WQ), n, d, qd, 0);
+  eng_k_linear_bwd(s->dxn, DW(ENG_P_WK), DW(ENG_P_BK), s->dk, a->xn1, W(ENG_P_WK), n, d, kvd, 1);
+  eng_k_linear_bwd(s->dxn, DW(ENG_P_WV), DW(ENG_P_BV), s->dv, a->xn1, W(ENG_P_WV), n, d, kvd, 1);
+  memcpy(dx, s->dxmid, sizeof(float) * (size_t)n * d);
+  eng_k_rmsnorm_bwd(dx, DW(ENG_P_ATTN_NORM), s->dxn, x, W(ENG_P_ATTN_NORM), a->rstd1, n, d, 1);
+}

@@ -1,0 +1,51 @@
+// One transformer layer's forward and backward, composed from the kernels:
+//   x ─ RMSNorm ─ q,k,v proj (+bias) ─ [q/k RMSNorm] ─ RoPE ─ attention ─ o proj ─(+x)= xmid
+//   xmid ─ RMSNorm ─ gate,up proj ─ SwiGLU ─ down proj ─(+xmid)= y
+// The forward keeps what the backward needs in an eng_layer_acts of one
+// micro-batch; the executor recomputes it from the layer's input before the
+// backward (activation checkpointing at layer granularity).
+#ifndef ENG_EXEC_LAYER_H
+#define ENG_EXEC_LAYER_H
+
+#include "backend/backend.h"
+#include "model/layout.h"
+
+// Activations of one layer for one micro-batch of n = B*T rows.
+typedef struct eng_layer_acts {
+  float *xn1, *rstd1;        // attention norm output and its 1/rms    [n,d], [n]
+  float *qpre, *kpre;        // q, k before q/k norm (Qwen3 only)      [n,H*hd], [n,KV*hd]
+  float *rstdq, *rstdk;      // 1/rms of the q/k norm (Qwen3 only)     [n*H], [n*KV]
+  float *q, *k, *v;          // after norm and RoPE                     [n,H*hd], [n,KV*hd] x2
+  float *att, *lse;          // attention output, log-sum-exp           [n,H*hd], [B,H,T]
+  float *xmid;               // residual after attention                [n,d]
+  float *xn2, *rstd2;        // MLP norm output and 1/rms               [n,d], [n]
+  float *gate, *up, *hact;   // MLP projections and silu(gate)*up       [n,ff] x3
+} eng_layer_acts;
+
+// Scratch of the backward for one micro-batch.
+typedef struct eng_layer_scratch {
+  float *dff1, *dff2, *dff3; // [n,ff] x3: d hact, d gate, d up
+  float *dxn;                // [n,d]   d of a norm output (reused by both norms)
+  float *dxmid;              // [n,d]
+  float *datt;               // [n,H*hd]
+  float *dq, *dk, *dv;       // [n,H*hd], [n,KV*hd] x2
+} eng_layer_scratch;
+
+// Floats needed by eng_layer_acts / eng_layer_scratch for B sequences of T.
+size_t eng_layer_acts_floats(const eng_config *c, int B, int T);
+size_t eng_layer_scratch_floats(const eng_config *c, int B, int T);
+// Point the fields into buf (sized by the functions above).
+void eng_layer_acts_bind(eng_layer_acts *a, float *buf, const eng_config *c, int B, int T);
+void eng_layer_scratch_bind(eng_layer_scratch *s, float *buf, const eng_config *c, int B, int T);
+
+// y = layer(x) for B sequences of T tokens; w is the layer shard.
+void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, const float *x,
+                   float *y, int B, int T, eng_layer_acts *a);
+
+// Given acts from eng_layer_fwd on the same x, dy -> dx (written) and the
+// layer's weight gradients accumulated into dw (the layer's gradient shard).
+void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, float *dw,
+                   const float *x, const eng_layer_acts *a, const float *dy, float *dx,
+                   int B, int T, eng_layer_scratch *s);
+
+#endif

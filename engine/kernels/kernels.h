@@ -1,0 +1,76 @@
+// Per-op forward and backward kernels of the cpu backend (engine/kernels/cpu).
+// The cuda kernels (engine/kernels/cuda) keep the same signatures.
+//
+// Conventions:
+// - fp32, row-major, contiguous. n = number of token rows (batch * seq).
+// - Activations are [n, features]; attention tensors are [B, T, heads, hd]
+//   (the natural output of a projection), lse is [B, heads, T].
+// - Linear weights are Hugging Face's [out, in]: y = x · Wᵀ + b.
+// - "dw +=" means the kernel accumulates into the weight gradient (micro-batches
+//   add up); activation gradients are written unless the accumulate flag says add.
+// - Determinism: results do not depend on the OpenMP thread count. Reductions
+//   over rows (weight gradients, norms) use fixed row blocks combined in block
+//   order. No FMA contraction except where written as fmaf.
+// - Kernels may run OpenMP regions internally; they never allocate except
+//   where a scratch size function says how much the caller provides.
+#ifndef ENG_KERNELS_H
+#define ENG_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// y[n,out] = x[n,in] · w[out,in]ᵀ (+ b[out] when b != NULL)
+void eng_k_linear_fwd(float *y, const float *x, const float *w, const float *b, int n, int in, int out);
+// dx[n,in] (= or +=, by accumulate_dx) dy · w ; dw[out,in] += dyᵀ · x ; db[out] += Σ_rows dy.
+// dx, dw and db may each be NULL to skip that gradient.
+void eng_k_linear_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                      int n, int in, int out, int accumulate_dx);
+
+// RMSNorm over the last dim: y = x * rstd * w, rstd[n] = 1/sqrt(mean(x²) + eps).
+// Same formula as transformers: the variance is taken in fp32 and w multiplies last.
+void eng_k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int n, int d, float eps);
+// dx (= or +=) ; dw[d] += (may be NULL).
+void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                       const float *rstd, int n, int d, int accumulate_dx);
+
+// Rotary embedding in place on x[B*T, heads, hd], position = row % T, the
+// rotate-half convention of Llama/Qwen: pairs (i, i + hd/2),
+// inv_freq[i] = theta^(-2i/hd). bwd applies the inverse rotation to dx.
+void eng_k_rope_fwd(float *x, int B, int T, int heads, int hd, float theta);
+void eng_k_rope_bwd(float *dx, int B, int T, int heads, int hd, float theta);
+
+// Causal grouped-query attention, tiled with an online softmax so memory is
+// O(T·hd) per head and never O(T²). q [B,T,H,hd], k/v [B,T,KV,hd], query head h
+// reads kv head h / (H/KV). scale = 1/sqrt(hd). out [B,T,H,hd], lse [B,H,T]
+// (natural log of the softmax denominator, scale included).
+void eng_k_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                         int B, int T, int H, int KV, int hd);
+// Writes dq [B,T,H,hd], dk and dv [B,T,KV,hd] (overwritten, not accumulated).
+void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                         const float *lse, const float *q, const float *k, const float *v,
+                         int B, int T, int H, int KV, int hd);
+
+// h = silu(gate) * up, elementwise over n values.
+void eng_k_swiglu_fwd(float *h, const float *gate, const float *up, size_t n);
+void eng_k_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
+
+// x[n,d] = table[ids[i]]; bwd: dtable[ids[i]] += dx[i] (rows added in i order).
+void eng_k_embed_fwd(float *x, const float *table, const int32_t *ids, int n, int d);
+void eng_k_embed_bwd(float *dtable, const float *dx, const int32_t *ids, int n, int d);
+
+// The loss fused with the head, chunked over tokens. For each chunk of rows:
+// logits = h · wᵀ, softmax, cross-entropy against targets (a negative target
+// is ignored), dlogits = grad_scale * (softmax - onehot) on counted rows, then
+// dh = dlogits · w and dw += dlogitsᵀ · h; the full [n, V] logits never exist.
+// Returns Σ CE over counted rows (double; the caller divides by the count of
+// the whole batch and passes grad_scale = 1/count). dh/dw NULL: forward only.
+// logits_out, when not NULL, receives the [n, V] logits (tests, debugging).
+// scratch: eng_k_head_loss_scratch_floats(V) floats.
+double eng_k_head_loss(float *dh, float *dw, float *logits_out, const float *h, const float *w,
+                       const int32_t *targets, int n, int d, int V, float grad_scale, float *scratch);
+size_t eng_k_head_loss_scratch_floats(int V);
+
+// Σ x² in double, blocks of fixed size summed in block order.
+double eng_k_sumsq(const float *x, size_t n);
+
+#endif

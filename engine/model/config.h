@@ -1,0 +1,46 @@
+// Model configuration of the decoder-only transformers the engine trains:
+// Llama, Qwen2 (q/k/v bias) and Qwen3 (RMSNorm on q and k per head, no bias).
+// Read from and written to Hugging Face config.json.
+#ifndef ENG_MODEL_CONFIG_H
+#define ENG_MODEL_CONFIG_H
+
+#include "common/err.h"
+
+typedef enum { ENG_ARCH_LLAMA = 0, ENG_ARCH_QWEN2 = 1, ENG_ARCH_QWEN3 = 2 } eng_arch;
+
+typedef struct eng_config {
+  eng_arch arch;
+  int vocab;          // vocab_size
+  int d_model;        // hidden_size
+  int n_layers;       // num_hidden_layers
+  int n_heads;        // num_attention_heads
+  int n_kv_heads;     // num_key_value_heads (defaults to n_heads)
+  int head_dim;       // head_dim (defaults to d_model / n_heads); Qwen3 may differ
+  int d_ff;           // intermediate_size
+  int max_pos;        // max_position_embeddings
+  float rope_theta;   // rope_theta (rope_parameters.rope_theta in newer configs)
+  float rms_eps;      // rms_norm_eps
+  float init_std;     // initializer_range, for random init
+  int tie_embeddings; // tie_word_embeddings
+  int qkv_bias;       // 1 for Qwen2 (q, k, v projections carry a bias)
+  int qk_norm;        // 1 for Qwen3 (RMSNorm over head_dim on q and k)
+} eng_config;
+
+// Fills c from a Hugging Face config.json. Unknown architectures, missing
+// required fields and features the engine does not implement (rope_scaling,
+// sliding-window attention, MoE, attention/MLP bias on Llama, non-silu
+// activations) are refused with an error naming the file and the field.
+int eng_config_load(const char *path, eng_config *c, eng_err *e);
+
+// Writes c as a config.json that transformers loads (architectures,
+// model_type, torch_dtype = dtype_name, e.g. "float32" or "bfloat16").
+int eng_config_save(const eng_config *c, const char *path, const char *dtype_name, eng_err *e);
+
+// Checks internal consistency (positive sizes, heads divisible by kv heads).
+// `what` names the source in the message (a path or "spec").
+int eng_config_validate(const eng_config *c, const char *what, eng_err *e);
+
+// "llama", "qwen2", "qwen3".
+const char *eng_arch_name(eng_arch a);
+
+#endif

@@ -1,0 +1,120 @@
+#include "model/layout.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct { const char *suffix; } layer_names[ENG_P_LAYER_COUNT] = {
+    [ENG_P_ATTN_NORM] = {"input_layernorm.weight"},
+    [ENG_P_WQ] = {"self_attn.q_proj.weight"},
+    [ENG_P_BQ] = {"self_attn.q_proj.bias"},
+    [ENG_P_WK] = {"self_attn.k_proj.weight"},
+    [ENG_P_BK] = {"self_attn.k_proj.bias"},
+    [ENG_P_WV] = {"self_attn.v_proj.weight"},
+    [ENG_P_BV] = {"self_attn.v_proj.bias"},
+    [ENG_P_QNORM] = {"self_attn.q_norm.weight"},
+    [ENG_P_KNORM] = {"self_attn.k_norm.weight"},
+    [ENG_P_WO] = {"self_attn.o_proj.weight"},
+    [ENG_P_MLP_NORM] = {"post_attention_layernorm.weight"},
+    [ENG_P_WGATE] = {"mlp.gate_proj.weight"},
+    [ENG_P_WUP] = {"mlp.up_proj.weight"},
+    [ENG_P_WDOWN] = {"mlp.down_proj.weight"},
+};
+
+static size_t place(eng_tensor *t, size_t off, int rows, int cols, int present) {
+  t->off = off;
+  t->rows = present ? rows : 0;
+  t->cols = present ? cols : 0;
+  t->numel = present ? (size_t)rows * (size_t)(cols ? cols : 1) : 0;
+  return off + t->numel;
+}
+
+void eng_layout_init(eng_layout *lo, const eng_config *c) {
+  memset(lo, 0, sizeof *lo);
+  const int d = c->d_model, q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
+  const int ff = c->d_ff, hd = c->head_dim;
+  lo->n_layers = c->n_layers;
+  lo->n_shards = c->n_layers + 2;
+
+  // Layer shard: tensors in enum order, which is also the order the forward
+  // reads them, so one layer's weights are one contiguous copy.
+  eng_tensor *p = lo->layer_proto;
+  size_t off = 0;
+  off = place(&p[ENG_P_ATTN_NORM], off, d, 0, 1);
+  off = place(&p[ENG_P_WQ], off, q, d, 1);
+  off = place(&p[ENG_P_BQ], off, q, 0, c->qkv_bias);
+  off = place(&p[ENG_P_WK], off, kv, d, 1);
+  off = place(&p[ENG_P_BK], off, kv, 0, c->qkv_bias);
+  off = place(&p[ENG_P_WV], off, kv, d, 1);
+  off = place(&p[ENG_P_BV], off, kv, 0, c->qkv_bias);
+  off = place(&p[ENG_P_QNORM], off, hd, 0, c->qk_norm);
+  off = place(&p[ENG_P_KNORM], off, hd, 0, c->qk_norm);
+  off = place(&p[ENG_P_WO], off, d, q, 1);
+  off = place(&p[ENG_P_MLP_NORM], off, d, 0, 1);
+  off = place(&p[ENG_P_WGATE], off, ff, d, 1);
+  off = place(&p[ENG_P_WUP], off, ff, d, 1);
+  off = place(&p[ENG_P_WDOWN], off, d, ff, 1);
+  lo->layer_numel = off;
+  for (int i = 0; i < ENG_P_LAYER_COUNT; i++)
+    snprintf(p[i].name, sizeof p[i].name, "model.layers.0.%s", layer_names[i].suffix);
+
+  place(&lo->embed, 0, c->vocab, d, 1);
+  snprintf(lo->embed.name, sizeof lo->embed.name, "model.embed_tokens.weight");
+  off = place(&lo->final_norm, 0, d, 0, 1);
+  snprintf(lo->final_norm.name, sizeof lo->final_norm.name, "model.norm.weight");
+  off = place(&lo->lm_head, off, c->vocab, d, !c->tie_embeddings);
+  snprintf(lo->lm_head.name, sizeof lo->lm_head.name, "lm_head.weight");
+  lo->head_numel = off;
+  lo->total_numel = lo->embed.numel + (size_t)c->n_layers * lo->layer_numel + lo->head_numel;
+}
+
+size_t eng_layout_shard_numel(const eng_layout *lo, int s) {
+  if (s == 0) return lo->embed.numel;
+  if (s == lo->n_layers + 1) return lo->head_numel;
+  return lo->layer_numel;
+}
+
+eng_tensor eng_layout_layer_tensor(const eng_layout *lo, int l, eng_layer_param p) {
+  eng_tensor t = lo->layer_proto[p];
+  snprintf(t.name, sizeof t.name, "model.layers.%d.%s", l, layer_names[p].suffix);
+  return t;
+}
+
+int eng_layout_find(const eng_layout *lo, const char *name, int *shard, eng_tensor *t) {
+  if (strcmp(name, lo->embed.name) == 0) {
+    *shard = 0, *t = lo->embed;
+    return 0;
+  }
+  if (strcmp(name, lo->final_norm.name) == 0) {
+    *shard = lo->n_layers + 1, *t = lo->final_norm;
+    return 0;
+  }
+  if (lo->lm_head.numel && strcmp(name, lo->lm_head.name) == 0) {
+    *shard = lo->n_layers + 1, *t = lo->lm_head;
+    return 0;
+  }
+  int l, n = 0;
+  if (sscanf(name, "model.layers.%d.%n", &l, &n) != 1 || n == 0 || l < 0 || l >= lo->n_layers)
+    return -1;
+  for (int p = 0; p < ENG_P_LAYER_COUNT; p++) {
+    if (lo->layer_proto[p].numel && strcmp(name + n, layer_names[p].suffix) == 0) {
+      *shard = l + 1;
+      *t = eng_layout_layer_tensor(lo, l, (eng_layer_param)p);
+      return 0;
+    }
+  }
+  return -1;
+}
+
+int eng_layout_visit(const eng_layout *lo, eng_layout_visit_fn fn, void *ctx) {
+  int rc = fn(ctx, 0, &lo->embed);
+  for (int l = 0; !rc && l < lo->n_layers; l++) {
+    for (int p = 0; !rc && p < ENG_P_LAYER_COUNT; p++) {
+      if (!lo->layer_proto[p].numel) continue;
+      eng_tensor t = eng_layout_layer_tensor(lo, l, (eng_layer_param)p);
+      rc = fn(ctx, l + 1, &t);
+    }
+  }
+  if (!rc) rc = fn(ctx, lo->n_layers + 1, &lo->final_norm);
+  if (!rc && lo->lm_head.numel) rc = fn(ctx, lo->n_layers + 1, &lo->lm_head);
+  return rc;
+}

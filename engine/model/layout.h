@@ -1,0 +1,72 @@
+// Parameter layout: where every tensor of the model lives.
+//
+// The model is a sequence of shards, each one contiguous array of floats that
+// streams as a unit (DESIGN §2):
+//   shard 0          the embedding table [vocab, d]
+//   shard 1 .. L     transformer layer l-1 (norms, attention, MLP)
+//   shard L + 1      the head: final norm [d] and, when untied, lm_head [vocab, d]
+// A tensor absent from a configuration (biases on Llama, q/k norms outside
+// Qwen3, lm_head when tied) has numel 0. Matrices are row-major [rows, cols]
+// exactly as Hugging Face stores them (nn.Linear weight is [out, in]).
+#ifndef ENG_MODEL_LAYOUT_H
+#define ENG_MODEL_LAYOUT_H
+
+#include <stddef.h>
+
+#include "model/config.h"
+
+typedef enum {
+  ENG_P_ATTN_NORM, // input_layernorm.weight            [d]
+  ENG_P_WQ,        // self_attn.q_proj.weight           [H*hd, d]
+  ENG_P_BQ,        // self_attn.q_proj.bias             [H*hd]      (qwen2)
+  ENG_P_WK,        // self_attn.k_proj.weight           [KV*hd, d]
+  ENG_P_BK,        // self_attn.k_proj.bias             [KV*hd]     (qwen2)
+  ENG_P_WV,        // self_attn.v_proj.weight           [KV*hd, d]
+  ENG_P_BV,        // self_attn.v_proj.bias             [KV*hd]     (qwen2)
+  ENG_P_QNORM,     // self_attn.q_norm.weight           [hd]        (qwen3)
+  ENG_P_KNORM,     // self_attn.k_norm.weight           [hd]        (qwen3)
+  ENG_P_WO,        // self_attn.o_proj.weight           [d, H*hd]
+  ENG_P_MLP_NORM,  // post_attention_layernorm.weight   [d]
+  ENG_P_WGATE,     // mlp.gate_proj.weight              [ff, d]
+  ENG_P_WUP,       // mlp.up_proj.weight                [ff, d]
+  ENG_P_WDOWN,     // mlp.down_proj.weight              [d, ff]
+  ENG_P_LAYER_COUNT
+} eng_layer_param;
+
+typedef struct eng_tensor {
+  size_t off;        // offset in floats inside its shard
+  size_t numel;      // 0 when the configuration has no such tensor
+  int rows, cols;    // cols == 0 for vectors
+  char name[96];     // Hugging Face name, e.g. "model.layers.3.mlp.up_proj.weight"
+} eng_tensor;
+
+typedef struct eng_layout {
+  int n_layers;
+  int n_shards;                             // n_layers + 2
+  size_t layer_numel;                       // floats in one layer shard
+  eng_tensor layer_proto[ENG_P_LAYER_COUNT]; // offsets and shapes, names for layer 0
+  eng_tensor embed;                          // shard 0, "model.embed_tokens.weight"
+  eng_tensor final_norm;                     // shard L+1, "model.norm.weight"
+  eng_tensor lm_head;                        // shard L+1 after final_norm, numel 0 when tied
+  size_t head_numel;                         // floats in the head shard
+  size_t total_numel;                        // every parameter, counted once
+} eng_layout;
+
+void eng_layout_init(eng_layout *lo, const eng_config *c);
+
+// Floats in shard s.
+size_t eng_layout_shard_numel(const eng_layout *lo, int s);
+
+// Describes tensor p of layer l (its name carries l).
+eng_tensor eng_layout_layer_tensor(const eng_layout *lo, int l, eng_layer_param p);
+
+// Finds a tensor by its Hugging Face name: returns 0 and fills *shard and *t,
+// or -1 when the name is not part of this configuration.
+int eng_layout_find(const eng_layout *lo, const char *name, int *shard, eng_tensor *t);
+
+// Calls fn for every tensor of the model in Hugging Face order (embedding,
+// layers, final norm, lm_head). Stops and returns fn's value when it is nonzero.
+typedef int (*eng_layout_visit_fn)(void *ctx, int shard, const eng_tensor *t);
+int eng_layout_visit(const eng_layout *lo, eng_layout_visit_fn fn, void *ctx);
+
+#endif

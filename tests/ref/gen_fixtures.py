@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Write the numerical reference fixtures that traind's C tests compare against.
+
+Each fixture is a tiny randomly initialised Hugging Face model saved the way
+transformers saves it (config.json + model.safetensors), plus ref.safetensors with
+the logits, loss, gradients and a 10-step AdamW trajectory that transformers and
+torch compute for it, and ref.json with every hyperparameter the C test needs.
+The C tests read these files and never import torch.
+
+Everything is seeded and runs on one CPU thread in fp32 with eager attention, so a
+rerun on the same machine (and the same torch/transformers) rewrites identical
+bytes. See tests/ref/README.md.
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+
+import torch
+import transformers
+from safetensors.torch import save_file
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OUT = os.path.normpath(os.path.join(HERE, "..", "fixtures"))
+
+# Shared shape of every fixture model: small enough that a fixture is ~2 MB and a
+# C test runs it in milliseconds, yet with GQA (4 heads over 2 kv heads) and an
+# FFN width that is not a multiple of the hidden size.
+COMMON = dict(
+    vocab_size=512,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=176,
+    max_position_embeddings=128,
+    rms_norm_eps=1e-6,
+    initializer_range=0.02,
+)
+
+# name -> (config class, model class, arch-specific config, model seed)
+MODELS = {
+    "llama_tied": (LlamaConfig, LlamaForCausalLM,
+                   dict(tie_word_embeddings=True, rope_theta=10000.0), 1001),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM,
+              dict(tie_word_embeddings=False, rope_theta=1000000.0), 1002),
+    # head_dim 32 makes heads*head_dim (128) differ from hidden (64), which
+    # catches code that assumes the two are equal.
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM,
+              dict(tie_word_embeddings=False, rope_theta=1000000.0, head_dim=32), 1003),
+}
+
+BATCH = dict(B=2, T=64, ignore_index=-100, masked_prefix_row0=10, masked_fraction=0.1)
+
+# Optimizer run recorded as adamw.losses / adamw.grad_norms.
+ADAMW = dict(
+    steps=10,
+    betas=[0.9, 0.95],
+    eps=1e-8,
+    weight_decay=0.1,
+    clip_max_norm=0.5,
+    schedule=dict(kind="warmup_linear_cosine", max_lr=1e-3, min_lr=1e-4,
+                  warmup_steps=3, total_steps=10),
+)
+
+# Separate seeds per purpose, so changing one kind of randomness (say the batch)
+# does not shift another (the weights).
+SEED_BATCH_OFFSET = 100   # batch seed = model seed + 100
+SEED_PERTURB_OFFSET = 200  # perturbation seed = model seed + 200
+
+
+def lr_at(step):
+    """Linear warmup to max_lr, then cosine from max_lr down to min_lr."""
+    s = ADAMW["schedule"]
+    if step < s["warmup_steps"]:
+        return s["max_lr"] * (step + 1) / s["warmup_steps"]
+    progress = (step - s["warmup_steps"]) / (s["total_steps"] - s["warmup_steps"])
+    return s["min_lr"] + 0.5 * (s["max_lr"] - s["min_lr"]) * (1.0 + math.cos(math.pi * progress))
+
+
+def make_config(name):
+    config_cls, _, arch, _ = MODELS[name]
+    cfg = config_cls(**COMMON, **arch, attn_implementation="eager")
+    assert cfg.attention_dropout == 0.0, "dropout would make the reference random"
+    return cfg
+
+
+def perturb(model, seed):
+    """transformers initialises norm weights to 1 and biases to 0; a bug that drops
+    one of them would then go unnoticed. Give each a distinct random value."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # fixed order: module definition order
+            if p.ndim != 1:
+                continue
+            if name.endswith(".bias"):
+                p.copy_(0.02 * torch.randn(p.shape, generator=g))
+            else:
+                assert "norm" in name, f"unexpected 1-d parameter {name}"
+                p.mul_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+
+
+def make_batch(seed):
+    g = torch.Generator().manual_seed(seed)
+    B, T, V = BATCH["B"], BATCH["T"], COMMON["vocab_size"]
+    input_ids = torch.randint(0, V, (B, T), generator=g)
+    labels = input_ids.clone()
+    labels[torch.rand((B, T), generator=g) < BATCH["masked_fraction"]] = BATCH["ignore_index"]
+    labels[0, : BATCH["masked_prefix_row0"]] = BATCH["ignore_index"]
+    return input_ids, labels
+
+
+def load_fp32(model_dir):
+    # transformers 5 loads in the checkpoint's dtype by default; the reference is fp32.
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager")
+
+
+def logits_of(model, input_ids):
+    with torch.no_grad():
+        return model(input_ids=input_ids).logits.float().contiguous()
+
+
+def adamw_run(model, input_ids, labels):
+    """The recorded optimizer trajectory; returns (losses, pre-clip grad norms)."""
+    params = list(model.named_parameters())
+    groups = [
+        {"params": [p for _, p in params if p.ndim >= 2], "weight_decay": ADAMW["weight_decay"]},
+        {"params": [p for _, p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=lr_at(0), betas=tuple(ADAMW["betas"]),
+                            eps=ADAMW["eps"], foreach=False, fused=False)
+    losses, norms = [], []
+    for step in range(ADAMW["steps"]):
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=ADAMW["clip_max_norm"])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm.item())
+    return (torch.tensor(losses, dtype=torch.float32),
+            torch.tensor(norms, dtype=torch.float32))
+
+
+def write_ref(path, tensors):
+    # Contiguous, owned tensors: safetensors refuses views that share storage.
+    save_file({k: v.detach().contiguous().clone() for k, v in tensors.items()}, path)
+
+
+def fresh_dir(path):
+    # Stale files from an older layout must not survive a regeneration.
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.makedirs(path)
+
+
+def gen_fp32_fixture(out, name):
+    _, model_cls, _, seed = MODELS[name]
+    fdir = os.path.join(out, name)
+    fresh_dir(fdir)
+
+    torch.manual_seed(seed)  # transformers' own init draws from the global generator
+    model = model_cls(make_config(name))
+    perturb(model, seed + SEED_PERTURB_OFFSET)
+    model.save_pretrained(fdir, safe_serialization=True)
+
+    # Work from what was saved, so the reference is exactly the files a C test loads.
+    model = load_fp32(fdir)
+    model.train()  # dropout is 0, so train mode only matters for being honest
+    input_ids, labels = make_batch(seed + SEED_BATCH_OFFSET)
+
+    logits = logits_of(model, input_ids)
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids=input_ids, labels=labels).loss
+    loss.backward()
+    # named_parameters() lists a tied weight once, under the embedding's name, and its
+    # .grad already holds the lm_head's contribution.
+    grads = {f"grad.{n}": p.grad for n, p in model.named_parameters()}
+
+    # The optimizer run starts again from the saved weights.
+    adamw_model = load_fp32(fdir)
+    adamw_model.train()
+    losses, norms = adamw_run(adamw_model, input_ids, labels)
+    assert losses[0].item() == loss.item(), "step-0 loss must equal the recorded loss"
+
+    tensors = {
+        "input_ids": input_ids.to(torch.int32),
+        "labels": labels.to(torch.int32),
+        "logits": logits,
+        "loss": loss.detach().reshape(1).float(),
+        **grads,
+        "adamw.losses": losses,
+        "adamw.grad_norms": norms,
+    }
+    write_ref(os.path.join(fdir, "ref.safetensors"), tensors)
+
+    counted = int((labels[:, 1:] != BATCH["ignore_index"]).sum())
+    meta = {
+        "fixture": name,
+        "model_class": model_cls.__name__,
+        "generated_by": "tests/ref/gen_fixtures.py",
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "seeds": {"model_init": seed, "perturb": seed + SEED_PERTURB_OFFSET,
+                  "batch": seed + SEED_BATCH_OFFSET},
+        "perturbation": "after transformers' init: norm weights *= 1 + 0.1*randn; biases = 0.02*randn",
+        "attn_implementation": "eager",
+        "dtype": "float32",
+        "batch": BATCH,
+        "loss": {
+            "kind": "causal LM cross-entropy; labels shifted inside (position t predicts labels[t+1]); "
+                    "ignore_index skipped; mean over counted tokens",
+            "counted_tokens": counted,
+        },
+        "adamw": {
+            **ADAMW,
+            "lr_per_step": [lr_at(s) for s in range(ADAMW["steps"])],
+            "weight_decay_rule": "weight_decay applies to parameters with ndim >= 2; "
+                                 "0 for ndim < 2 (norm weights, biases)",
+            "weight_decay_form": "decoupled (torch.optim.AdamW): p *= 1 - lr*wd before the Adam step",
+            "adam_form": "torch.optim.AdamW foreach=False, t = step+1: m = m + (1-b1)*(g-m) (lerp); "
+                         "v = v*b2 + (1-b2)*g*g; p -= (lr/(1-b1^t)) * m / (sqrt(v)/sqrt(1-b2^t) + eps); "
+                         "m, v start at 0",
+            "clip_form": "torch.nn.utils.clip_grad_norm_: total = L2 norm of the per-tensor L2 norms; "
+                         "grads *= min(1, max_norm/(total + 1e-6)); grad_norms are the pre-clip totals",
+            "order_per_step": "zero grads; loss = forward(labels); backward; clip; lr = schedule(step); "
+                              "AdamW update; losses[step] is the loss before the update",
+            "start": "the saved model.safetensors, fresh optimizer state",
+        },
+        "tensors": sorted(tensors),
+    }
+    with open(os.path.join(fdir, "ref.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def gen_bf16_fixture(out, src_name, name):
+    """The fp32 fixture's weights rounded to bf16 and saved in bf16; the reference
+    logits are the fp32 forward of those rounded weights."""
+    _, _, _, seed = MODELS[src_name]
+    fdir = os.path.join(out, name)
+    fresh_dir(fdir)
+
+    model = load_fp32(os.path.join(out, src_name))
+    model.to(torch.bfloat16)
+    model.save_pretrained(fdir, safe_serialization=True)
+
+    input_ids, _ = make_batch(seed + SEED_BATCH_OFFSET)
+    loaded = load_fp32(fdir)
+    logits = logits_of(loaded, input_ids)
+
+    # Independent path: round the fp32 parameters in place. It must agree bit for bit,
+    # which shows the saved bf16 file holds exactly the rounded weights. (Upcasting
+    # the bf16 model instead would not do: .to() also rounds the rotary inv_freq
+    # buffer, which a loaded model recomputes in fp32.)
+    rounded = load_fp32(os.path.join(out, src_name))
+    with torch.no_grad():
+        for p in rounded.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    if not torch.equal(logits, logits_of(rounded, input_ids)):
+        sys.exit(f"{name}: logits of the reloaded bf16 model differ from the upcast model")
+
+    tensors = {"input_ids": input_ids.to(torch.int32), "logits": logits}
+    write_ref(os.path.join(fdir, "ref.safetensors"), tensors)
+    meta = {
+        "fixture": name,
+        "source_fixture": src_name,
+        "generated_by": "tests/ref/gen_fixtures.py",
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "seeds": {"batch": seed + SEED_BATCH_OFFSET},
+        "weights": "the source fixture's fp32 weights rounded to bfloat16 (round to nearest even) "
+                   "and saved in BF16",
+        "reference": "logits = fp32 eager forward of the bf16 weights upcast to fp32",
+        "attn_implementation": "eager",
+        "batch": {"B": BATCH["B"], "T": BATCH["T"]},
+        "tensors": sorted(tensors),
+    }
+    with open(os.path.join(fdir, "ref.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def report(out, names):
+    total = 0
+    for name in names:
+        fdir = os.path.join(out, name)
+        for fn in sorted(os.listdir(fdir)):
+            path = os.path.join(fdir, fn)
+            size = os.path.getsize(path)
+            total += size
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()[:16]
+            print(f"{size:>9}  {digest}  {name}/{fn}")
+    print(f"{total:>9}  total bytes")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=DEFAULT_OUT, help="fixtures directory (default: tests/fixtures)")
+    args = ap.parse_args()
+
+    # One thread and deterministic kernels: the same bytes on every rerun.
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+    os.makedirs(args.out, exist_ok=True)
+    for name in MODELS:
+        gen_fp32_fixture(args.out, name)
+    gen_bf16_fixture(args.out, "qwen3", "qwen3_bf16")
+    report(args.out, list(MODELS) + ["qwen3_bf16"])
+
+
+if __name__ == "__main__":
+    main()
