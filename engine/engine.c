@@ -78,20 +78,39 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
-int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
-  int rc = spec_validate(spec, e);
-  if (rc) return rc;
-  eng_config cfg = spec->config;
-  if (spec->model_dir) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", spec->model_dir);
-    if ((rc = eng_config_load(path, &cfg, e))) return rc;
-  } else if ((rc = eng_config_validate(&cfg, "spec", e))) {
-    return rc;
+// The spec's model config: from model_dir/config.json, or the spec's own.
+static int spec_config(const eng_spec *spec, eng_config *cfg, eng_err *e) {
+  if (!spec->model_dir) {
+    *cfg = spec->config;
+    return eng_config_validate(cfg, "spec", e);
   }
+  char path[4096];
+  snprintf(path, sizeof path, "%s/config.json", spec->model_dir);
+  return eng_config_load(path, cfg, e);
+}
+
+static eng_exec_policy spec_policy(const eng_spec *s) {
+  return (eng_exec_policy){s->batch, s->seq_len, s->micro_batches, s->ckpt_every, s->ckpt_place};
+}
+
+int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
+  eng_config cfg;
+  int rc = spec_validate(spec, e);
+  if (!rc) rc = spec_config(spec, &cfg, e);
+  if (rc) return rc;
+  eng_exec_policy pol = spec_policy(spec);
+  *bytes = eng_exec_arena_bytes(&cfg, &pol);
+  return 0;
+}
+
+int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
+  eng_config cfg;
+  int rc = spec_validate(spec, e);
+  if (!rc) rc = spec_config(spec, &cfg, e);
+  if (rc) return rc;
 
   // Refuse a cap that cannot hold the step before any model memory exists.
-  eng_exec_policy pol = {spec->batch, spec->seq_len, spec->micro_batches, spec->ckpt_every, spec->ckpt_place};
+  eng_exec_policy pol = spec_policy(spec);
   size_t need = eng_exec_arena_bytes(&cfg, &pol);
   if (need > spec->device_cap)
     return eng_err_set(e, ENG_ECAP,
@@ -119,9 +138,6 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
     goto fail;
   }
   if ((rc = eng_model_alloc(&r->model, &cfg, e))) goto fail;
-  if (spec->model_dir) {
-    if ((rc = eng_hf_load_weights(spec->model_dir, &r->model.lo, (float *const *)NULL, e) ? 0 : 0)) goto fail;
-  }
   if (spec->model_dir) {
     float *ws[r->model.lo.n_shards];
     for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;

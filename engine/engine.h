@@ -77,6 +77,10 @@ typedef struct eng_run eng_run;
 // decay 0.1, clip 1.0, ckpt_every 1 on the device, 1 micro-batch, cap 1 GiB.
 void eng_spec_defaults(eng_spec *s);
 
+// Device-arena bytes the spec needs (model config read from model_dir when
+// set), without allocating anything.
+int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e);
+
 // Validates the spec, loads or initialises the model, plans the arena
 // (refusing a cap that cannot hold two layer slots and one micro-batch,
 // before anything is allocated) and starts the stream threads.

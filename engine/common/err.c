@@ -16,13 +16,15 @@ int eng_err_set(eng_err *e, int code, const char *fmt, ...) {
 
 int eng_err_prefix(eng_err *e, const char *fmt, ...) {
   if (!e) return ENG_OK;
-  char head[256], tail[sizeof e->msg];
+  char tail[sizeof e->msg];
+  memcpy(tail, e->msg, sizeof tail);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(head, sizeof head, fmt, ap);
+  int n = vsnprintf(e->msg, sizeof e->msg, fmt, ap);
   va_end(ap);
-  memcpy(tail, e->msg, sizeof tail);
-  snprintf(e->msg, sizeof e->msg, "%s%s", head, tail);
+  if (n >= 0 && (size_t)n < sizeof e->msg)
+    memcpy(e->msg + n, tail, sizeof e->msg - (size_t)n - 1);
+  e->msg[sizeof e->msg - 1] = '\0';
   return e->code;
 }
 

@@ -39,6 +39,10 @@ void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, co
 void eng_k_rope_fwd(float *x, int B, int T, int heads, int hd, float theta);
 void eng_k_rope_bwd(float *dx, int B, int T, int heads, int hd, float theta);
 
+// Largest head dim of the attention and rope kernels (their tile buffers live
+// on the stack); model configs with a larger head_dim are refused.
+#define ENG_K_MAX_HD 256
+
 // Causal grouped-query attention, tiled with an online softmax so memory is
 // O(T·hd) per head and never O(T²). q [B,T,H,hd], k/v [B,T,KV,hd], query head h
 // reads kv head h / (H/KV). scale = 1/sqrt(hd). out [B,T,H,hd], lse [B,H,T]
@@ -65,10 +69,12 @@ void eng_k_embed_bwd(float *dtable, const float *dx, const int32_t *ids, int n, 
 // Returns Σ CE over counted rows (double; the caller divides by the count of
 // the whole batch and passes grad_scale = 1/count). dh/dw NULL: forward only.
 // logits_out, when not NULL, receives the [n, V] logits (tests, debugging).
-// scratch: eng_k_head_loss_scratch_floats(V) floats.
+// A row's logits, loss and dh do not depend on how the rows are split into
+// calls (micro-batches) or on the thread count.
+// scratch: eng_k_head_loss_scratch_floats(V, d) floats.
 double eng_k_head_loss(float *dh, float *dw, float *logits_out, const float *h, const float *w,
                        const int32_t *targets, int n, int d, int V, float grad_scale, float *scratch);
-size_t eng_k_head_loss_scratch_floats(int V);
+size_t eng_k_head_loss_scratch_floats(int V, int d);
 
 // Σ x² in double, blocks of fixed size summed in block order.
 double eng_k_sumsq(const float *x, size_t n);

@@ -1,0 +1,77 @@
+// Causal GQA attention forward, FlashAttention style: one query tile at a time
+// against the key tiles up to the diagonal, with a running max and sum per
+// query (online softmax), so memory is O(tile·hd) and no T×T matrix exists.
+// Everything is held transposed (Qᵀ, Sᵀ = K·Qᵀ, Oᵀ) so that the SIMD dimension
+// is the query index: the softmax statistics of 64 queries then update as
+// plain vectors and the head dim can be anything.
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+
+#include "kernels/cpu/kmath.h"
+#include "kernels/cpu/tile.h"
+
+enum { W = ENG_K_ATT_TILE };
+
+// One (batch, head, query tile): out rows i0..i0+m, lse of those rows.
+static void query_tile(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int qt, int T, size_t qs, size_t ks, int hd, float scale) {
+  float qT[ENG_K_MAX_HD * W], oT[ENG_K_MAX_HD * W], sT[W * W];
+  float mx[W], l[W], mn[W], alpha[W], rowsum[W];
+  int i0 = qt * W, m = T - i0 < W ? T - i0 : W;
+  eng_k_tile_pack_t(qT, q + (size_t)i0 * qs, qs, m, hd, W);
+  memset(oT, 0, sizeof(float) * (size_t)hd * W);
+  for (int i = 0; i < W; i++) mx[i] = -INFINITY, l[i] = 0.0f;
+  for (int t = 0; t <= qt; t++) {
+    int j0 = t * W, n = T - j0 < W ? T - j0 : W;
+    // sT[j][i] = k_j · q_i, then scaled as transformers does (after the dot).
+    eng_k_tile_gemm(sT, W, k + (size_t)j0 * ks, ks, 1, qT, W, n, hd, W, 0);
+    for (int i = 0; i < W; i++) mn[i] = mx[i], rowsum[i] = 0.0f;
+    for (int j = 0; j < n; j++) {
+      float *s = sT + (size_t)j * W;
+      for (int i = 0; i < W; i++) {
+        // Only the diagonal tile has keys after the query (j0 == i0 there).
+        float x = t == qt && j > i ? -INFINITY : s[i] * scale;
+        s[i] = x;
+        mn[i] = x > mn[i] ? x : mn[i];
+      }
+    }
+    for (int i = 0; i < W; i++) alpha[i] = eng_k_expf(mx[i] - mn[i]);
+    for (int j = 0; j < n; j++) {
+      float *s = sT + (size_t)j * W;
+      for (int i = 0; i < W; i++) {
+        s[i] = eng_k_expf(s[i] - mn[i]);
+        rowsum[i] += s[i];
+      }
+    }
+    for (int i = 0; i < W; i++) l[i] = l[i] * alpha[i] + rowsum[i], mx[i] = mn[i];
+    for (int c = 0; c < hd; c++)
+      for (int i = 0; i < W; i++) oT[(size_t)c * W + i] *= alpha[i];
+    // oT[c][i] += Σ_j v_j[c] · p[i][j]
+    eng_k_tile_gemm(oT, W, v + (size_t)j0 * ks, 1, ks, sT, W, hd, n, W, 1);
+  }
+  for (int i = 0; i < m; i++) {
+    float *o = out + (size_t)(i0 + i) * qs;
+    for (int c = 0; c < hd; c++) o[c] = oT[(size_t)c * W + i] / l[i];
+    lse[i0 + i] = mx[i] + logf(l[i]);
+  }
+}
+
+void eng_k_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                         int B, int T, int H, int KV, int hd) {
+  if (B <= 0 || T <= 0) return;
+  const int G = H / KV, nt = (T + W - 1) / W, items = B * H * nt;
+  const float scale = 1.0f / sqrtf((float)hd);
+  const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+  // Each item writes its own rows, so the schedule cannot change a result;
+  // dynamic with the longest tiles first balances the causal triangle.
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * H * T * hd >= ENG_K_PAR_MIN)
+  for (int it = 0; it < items; it++) {
+    int qt = nt - 1 - it % nt, bh = it / nt, b = bh / H, h = bh % H;
+    size_t boff = (size_t)b * T;
+    query_tile(out + boff * qs + (size_t)h * hd, lse + ((size_t)b * H + h) * T, q + boff * qs + (size_t)h * hd,
+               k + boff * ks + (size_t)(h / G) * hd, v + boff * ks + (size_t)(h / G) * hd, qt, T, qs, ks, hd,
+               scale);
+  }
+}

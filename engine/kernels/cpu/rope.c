@@ -1,0 +1,45 @@
+// Rotary embedding, rotate-half convention (Llama/Qwen in transformers):
+// out[i] = x[i]·cos − x[i+h]·sin, out[i+h] = x[i+h]·cos + x[i]·sin, h = hd/2,
+// angle = pos · inv_freq[i]. inv_freq, the angle and cos/sin are computed in
+// fp32 the way transformers does: 1 / theta^((2i)/hd), then (pos · inv_freq).
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+
+#include "kernels/cpu/kmath.h"
+
+// Rotates every head of every row at position t (all batches share the
+// angles, so cos/sin are computed once per position). sign = +1 applies the
+// rotation, −1 its inverse (the transpose), which is the backward.
+static void rotate(float *x, int B, int T, int heads, int hd, float theta, float sign) {
+  int h = hd / 2;
+  float inv_freq[ENG_K_MAX_HD / 2];
+  for (int i = 0; i < h; i++) inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+#pragma omp parallel for schedule(static) if ((size_t)B * T * heads * hd >= ENG_K_PAR_MIN)
+  for (int t = 0; t < T; t++) {
+    float c[ENG_K_MAX_HD / 2], s[ENG_K_MAX_HD / 2];
+    for (int i = 0; i < h; i++) {
+      float a = (float)t * inv_freq[i];
+      c[i] = cosf(a);
+      s[i] = sign * sinf(a);
+    }
+    for (int b = 0; b < B; b++)
+      for (int k = 0; k < heads; k++) {
+        float *x1 = x + (((size_t)b * T + t) * heads + k) * hd, *x2 = x1 + h;
+        for (int i = 0; i < h; i++) {
+          float u = x1[i], v = x2[i];
+          x1[i] = u * c[i] - v * s[i];
+          x2[i] = v * c[i] + u * s[i];
+        }
+      }
+  }
+}
+
+void eng_k_rope_fwd(float *x, int B, int T, int heads, int hd, float theta) {
+  rotate(x, B, T, heads, hd, theta, 1.0f);
+}
+
+void eng_k_rope_bwd(float *dx, int B, int T, int heads, int hd, float theta) {
+  rotate(dx, B, T, heads, hd, theta, -1.0f);
+}

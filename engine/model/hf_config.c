@@ -1,0 +1,436 @@
+// Hugging Face config.json <-> eng_config.
+//
+// Defaults follow what transformers itself does when a field is absent, since
+// a model directory means what transformers makes of it: Qwen2 and Qwen3 take
+// 32 key/value heads when num_key_value_heads is absent (but the attention
+// head count when it is null), Qwen3 takes head_dim 128 when head_dim is
+// absent, and max_position_embeddings is 2048 for Llama and 32768 for Qwen.
+#include "model/config.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/atomic_file.h"
+
+static const struct {
+  const char *model_type;
+  const char *architecture;
+} archs[] = {
+    [ENG_ARCH_LLAMA] = {"llama", "LlamaForCausalLM"},
+    [ENG_ARCH_QWEN2] = {"qwen2", "Qwen2ForCausalLM"},
+    [ENG_ARCH_QWEN3] = {"qwen3", "Qwen3ForCausalLM"},
+};
+enum { N_ARCHS = sizeof archs / sizeof archs[0] };
+
+const char *eng_arch_name(eng_arch a) {
+  return (unsigned)a < N_ARCHS ? archs[a].model_type : "unknown";
+}
+
+static const char *json_kind(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: return "an object";
+  case JSON_ARRAY: return "an array";
+  case JSON_STRING: return "a string";
+  case JSON_INTEGER: return "an integer";
+  case JSON_REAL: return "a real number";
+  case JSON_TRUE:
+  case JSON_FALSE: return "a boolean";
+  default: return "null";
+  }
+}
+
+// ---- typed field access ----------------------------------------------------
+// Each getter leaves *out untouched when the field is absent or null, so the
+// caller sets the default first. `key` is the name printed in messages.
+
+static int wrong_type(const char *path, const char *key, const char *want, const json_t *v,
+                      eng_err *e) {
+  return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" must be %s, got %s", path, key, want,
+                     json_kind(v));
+}
+
+static int get_int(const json_t *obj, const char *path, const char *key, int *out, eng_err *e) {
+  const json_t *v = json_object_get(obj, key);
+  if (!v || json_is_null(v)) return ENG_OK;
+  if (!json_is_integer(v)) return wrong_type(path, key, "an integer", v, e);
+  json_int_t x = json_integer_value(v);
+  if (x < INT_MIN || x > INT_MAX)
+    return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" is %lld, outside the range of int", path,
+                       key, (long long)x);
+  *out = (int)x;
+  return ENG_OK;
+}
+
+static int get_required_int(const json_t *obj, const char *path, const char *key, int *out,
+                            eng_err *e) {
+  const json_t *v = json_object_get(obj, key);
+  if (!v) return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" is missing", path, key);
+  if (json_is_null(v)) return wrong_type(path, key, "an integer", v, e);
+  return get_int(obj, path, key, out, e);
+}
+
+static int get_float(const json_t *obj, const char *path, const char *key, float *out, eng_err *e) {
+  const json_t *v = json_object_get(obj, key);
+  if (!v || json_is_null(v)) return ENG_OK;
+  if (!json_is_number(v)) return wrong_type(path, key, "a number", v, e);
+  *out = (float)json_number_value(v);
+  return ENG_OK;
+}
+
+static int get_bool(const json_t *obj, const char *path, const char *key, int *out, eng_err *e) {
+  const json_t *v = json_object_get(obj, key);
+  if (!v || json_is_null(v)) return ENG_OK;
+  if (!json_is_boolean(v)) return wrong_type(path, key, "true or false", v, e);
+  *out = json_is_true(v);
+  return ENG_OK;
+}
+
+// A boolean feature the engine does not implement: false, null or absent pass.
+static int refuse_true(const json_t *obj, const char *path, const char *key, const char *what,
+                       eng_err *e) {
+  int on = 0;
+  int rc = get_bool(obj, path, key, &on, e);
+  if (rc) return rc;
+  if (on)
+    return eng_err_set(e, ENG_ENOTSUP, "%s: field \"%s\" is true: %s is not supported", path, key,
+                       what);
+  return ENG_OK;
+}
+
+// ---- architecture ------------------------------------------------------------
+
+static int find_arch(const char *s, int by_architecture) {
+  for (int a = 0; a < N_ARCHS; a++)
+    if (strcmp(s, by_architecture ? archs[a].architecture : archs[a].model_type) == 0) return a;
+  return -1;
+}
+
+// model_type decides; every entry of "architectures" must name the same
+// causal-LM class (a base-model class such as "LlamaModel" stores its tensors
+// without the "model." prefix, so it is refused too).
+static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_err *e) {
+  int arch = -1;
+  const json_t *mt = json_object_get(root, "model_type");
+  if (mt && !json_is_null(mt)) {
+    if (!json_is_string(mt)) return wrong_type(path, "model_type", "a string", mt, e);
+    arch = find_arch(json_string_value(mt), 0);
+    if (arch < 0)
+      return eng_err_set(e, ENG_ENOTSUP,
+                         "%s: field \"model_type\" is \"%s\", which is not one of llama, qwen2, qwen3",
+                         path, json_string_value(mt));
+  }
+  const json_t *list = json_object_get(root, "architectures");
+  if (list && !json_is_null(list)) {
+    if (!json_is_array(list)) return wrong_type(path, "architectures", "an array", list, e);
+    size_t i;
+    const json_t *v;
+    json_array_foreach(list, i, v) {
+      if (!json_is_string(v)) return wrong_type(path, "architectures", "an array of strings", v, e);
+      int a = find_arch(json_string_value(v), 1);
+      if (a < 0)
+        return eng_err_set(e, ENG_ENOTSUP,
+                           "%s: field \"architectures\" names \"%s\", which is not one of "
+                           "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
+                           path, json_string_value(v));
+      if (arch >= 0 && a != arch)
+        return eng_err_set(e, ENG_EINVAL,
+                           "%s: field \"architectures\" names \"%s\" but field \"model_type\" is \"%s\"",
+                           path, json_string_value(v), archs[arch].model_type);
+      arch = a;
+    }
+  }
+  if (arch < 0) return eng_err_set(e, ENG_EINVAL, "%s: field \"model_type\" is missing", path);
+  *out = (eng_arch)arch;
+  return ENG_OK;
+}
+
+// ---- features the engine refuses -------------------------------------------
+
+// Rotary embedding: the plain ("default") RoPE only. transformers 5 writes
+// "rope_parameters": {"rope_theta", "rope_type"}; older versions write a
+// top-level "rope_theta" and put scaling in "rope_scaling". When both name a
+// theta, rope_parameters wins, as in transformers.
+static int parse_rope(const json_t *root, const char *path, float *theta, eng_err *e) {
+  const json_t *scaling = json_object_get(root, "rope_scaling");
+  if (scaling && !json_is_null(scaling))
+    return eng_err_set(e, ENG_ENOTSUP,
+                       "%s: field \"rope_scaling\" is set: scaled RoPE is not supported", path);
+  int rc = get_float(root, path, "rope_theta", theta, e);
+  if (rc) return rc;
+  const json_t *rp = json_object_get(root, "rope_parameters");
+  if (!rp || json_is_null(rp)) return ENG_OK;
+  if (!json_is_object(rp)) return wrong_type(path, "rope_parameters", "an object", rp, e);
+  const char *key;
+  const json_t *v;
+  json_object_foreach((json_t *)rp, key, v) {
+    if (strcmp(key, "rope_theta") == 0) {
+      if (json_is_number(v)) *theta = (float)json_number_value(v);
+      else if (!json_is_null(v)) return wrong_type(path, "rope_parameters.rope_theta", "a number", v, e);
+    } else if (strcmp(key, "rope_type") == 0 || strcmp(key, "type") == 0) {
+      if (!json_is_string(v)) return wrong_type(path, "rope_parameters.rope_type", "a string", v, e);
+      if (strcmp(json_string_value(v), "default") != 0)
+        return eng_err_set(e, ENG_ENOTSUP,
+                           "%s: field \"rope_parameters.%s\" is \"%s\": only \"default\" RoPE is "
+                           "supported",
+                           path, key, json_string_value(v));
+    } else if (strcmp(key, "partial_rotary_factor") == 0 && json_is_number(v) &&
+               json_number_value(v) == 1.0) {
+      // Rotating every dimension is what the engine does anyway.
+    } else {
+      return eng_err_set(e, ENG_ENOTSUP,
+                         "%s: field \"rope_parameters.%s\" is not supported (plain RoPE takes only "
+                         "rope_theta and rope_type)",
+                         path, key);
+    }
+  }
+  return ENG_OK;
+}
+
+// Mixture-of-experts configs of the families transformers knows carry one of
+// these counts; any positive value means routed experts.
+static const char *const moe_fields[] = {"num_experts",       "num_local_experts",
+                                         "n_routed_experts",  "num_experts_per_tok",
+                                         "n_shared_experts",  "moe_num_experts"};
+
+static int refuse_unsupported(const json_t *root, const char *path, eng_arch arch, eng_err *e) {
+  for (size_t i = 0; i < sizeof moe_fields / sizeof moe_fields[0]; i++) {
+    int n = 0;
+    int rc = get_int(root, path, moe_fields[i], &n, e);
+    if (rc) return rc;
+    if (n > 0)
+      return eng_err_set(e, ENG_ENOTSUP,
+                         "%s: field \"%s\" is %d: mixture-of-experts models are not supported", path,
+                         moe_fields[i], n);
+  }
+  const json_t *act = json_object_get(root, "hidden_act");
+  if (act && !json_is_null(act)) {
+    if (!json_is_string(act)) return wrong_type(path, "hidden_act", "a string", act, e);
+    if (strcmp(json_string_value(act), "silu") != 0)
+      return eng_err_set(e, ENG_ENOTSUP,
+                         "%s: field \"hidden_act\" is \"%s\": only \"silu\" is supported", path,
+                         json_string_value(act));
+  }
+  int rc = ENG_OK;
+  if (arch == ENG_ARCH_LLAMA) {
+    rc = refuse_true(root, path, "attention_bias", "a bias on the attention projections", e);
+    if (!rc) rc = refuse_true(root, path, "mlp_bias", "a bias on the MLP projections", e);
+    return rc;
+  }
+  if (arch == ENG_ARCH_QWEN3)
+    rc = refuse_true(root, path, "attention_bias", "a bias on the attention projections", e);
+  // Qwen2/Qwen3: sliding_window alone is inert; use_sliding_window turns it on.
+  if (!rc) rc = refuse_true(root, path, "use_sliding_window", "sliding-window attention", e);
+  if (rc) return rc;
+  const json_t *types = json_object_get(root, "layer_types");
+  if (types && !json_is_null(types)) {
+    if (!json_is_array(types)) return wrong_type(path, "layer_types", "an array", types, e);
+    size_t i;
+    const json_t *v;
+    json_array_foreach(types, i, v) {
+      if (!json_is_string(v)) return wrong_type(path, "layer_types", "an array of strings", v, e);
+      if (strcmp(json_string_value(v), "full_attention") != 0)
+        return eng_err_set(e, ENG_ENOTSUP,
+                           "%s: field \"layer_types\" entry %zu is \"%s\": only \"full_attention\" "
+                           "is supported",
+                           path, i, json_string_value(v));
+    }
+  }
+  return ENG_OK;
+}
+
+// ---- load --------------------------------------------------------------------
+
+static int parse(const json_t *root, const char *path, eng_config *c, eng_err *e) {
+  memset(c, 0, sizeof *c);
+  int rc = parse_arch(root, path, &c->arch, e);
+  if (!rc) rc = refuse_unsupported(root, path, c->arch, e);
+  if (!rc) rc = get_required_int(root, path, "vocab_size", &c->vocab, e);
+  if (!rc) rc = get_required_int(root, path, "hidden_size", &c->d_model, e);
+  if (!rc) rc = get_required_int(root, path, "num_hidden_layers", &c->n_layers, e);
+  if (!rc) rc = get_required_int(root, path, "num_attention_heads", &c->n_heads, e);
+  if (!rc) rc = get_required_int(root, path, "intermediate_size", &c->d_ff, e);
+  if (rc) return rc;
+
+  const int qwen = c->arch != ENG_ARCH_LLAMA;
+  const json_t *kv = json_object_get(root, "num_key_value_heads");
+  c->n_kv_heads = qwen && !kv ? 32 : c->n_heads;
+  const json_t *hd = json_object_get(root, "head_dim");
+  if (!hd && c->arch == ENG_ARCH_QWEN3) {
+    c->head_dim = 128;
+  } else if ((!hd || json_is_null(hd)) && c->n_heads > 0) {
+    if (c->d_model % c->n_heads != 0)
+      return eng_err_set(e, ENG_EINVAL,
+                         "%s: field \"head_dim\" is not given and \"hidden_size\" %d is not a "
+                         "multiple of \"num_attention_heads\" %d",
+                         path, c->d_model, c->n_heads);
+    c->head_dim = c->d_model / c->n_heads;
+  }
+  c->max_pos = qwen ? 32768 : 2048;
+  c->rope_theta = 10000.0f;
+  c->rms_eps = 1e-6f;
+  c->init_std = 0.02f;
+  c->qkv_bias = c->arch == ENG_ARCH_QWEN2;
+  c->qk_norm = c->arch == ENG_ARCH_QWEN3;
+
+  rc = get_int(root, path, "num_key_value_heads", &c->n_kv_heads, e);
+  if (!rc) rc = get_int(root, path, "head_dim", &c->head_dim, e);
+  if (!rc) rc = get_int(root, path, "max_position_embeddings", &c->max_pos, e);
+  if (!rc) rc = parse_rope(root, path, &c->rope_theta, e);
+  if (!rc) rc = get_float(root, path, "rms_norm_eps", &c->rms_eps, e);
+  if (!rc) rc = get_float(root, path, "initializer_range", &c->init_std, e);
+  if (!rc) rc = get_bool(root, path, "tie_word_embeddings", &c->tie_embeddings, e);
+  if (!rc) rc = eng_config_validate(c, path, e);
+  return rc;
+}
+
+int eng_config_load(const char *path, eng_config *c, eng_err *e) {
+  json_error_t jerr;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) {
+    if (json_error_code(&jerr) == json_error_cannot_open_file)
+      return eng_err_set(e, ENG_EIO, "%s: %s", path, jerr.text);
+    return eng_err_set(e, ENG_EINVAL, "%s: not valid JSON (line %d, column %d): %s", path,
+                       jerr.line, jerr.column, jerr.text);
+  }
+  int rc = json_is_object(root)
+               ? parse(root, path, c, e)
+               : eng_err_set(e, ENG_EINVAL, "%s: must hold a JSON object, not %s", path,
+                             json_kind(root));
+  json_decref(root);
+  return rc;
+}
+
+// ---- validate ------------------------------------------------------------------
+
+int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
+  if ((unsigned)c->arch >= N_ARCHS)
+    return eng_err_set(e, ENG_EINVAL, "%s: architecture %d is unknown", what, (int)c->arch);
+  const struct {
+    const char *key;
+    int v;
+  } sizes[] = {
+      {"vocab_size", c->vocab},
+      {"hidden_size", c->d_model},
+      {"num_hidden_layers", c->n_layers},
+      {"num_attention_heads", c->n_heads},
+      {"num_key_value_heads", c->n_kv_heads},
+      {"head_dim", c->head_dim},
+      {"intermediate_size", c->d_ff},
+      {"max_position_embeddings", c->max_pos},
+  };
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if (sizes[i].v <= 0)
+      return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" must be positive, got %d", what,
+                         sizes[i].key, sizes[i].v);
+  if (c->n_heads % c->n_kv_heads != 0)
+    return eng_err_set(e, ENG_EINVAL,
+                       "%s: field \"num_attention_heads\" %d is not a multiple of "
+                       "\"num_key_value_heads\" %d",
+                       what, c->n_heads, c->n_kv_heads);
+  // The layout computes heads * head_dim in int.
+  if (c->n_heads > INT_MAX / c->head_dim)
+    return eng_err_set(e, ENG_EINVAL,
+                       "%s: field \"head_dim\" %d times \"num_attention_heads\" %d overflows", what,
+                       c->head_dim, c->n_heads);
+  // transformers 5 refuses such a Llama config, so the engine must not write one.
+  if (c->arch == ENG_ARCH_LLAMA && c->d_model % c->n_heads != 0)
+    return eng_err_set(e, ENG_EINVAL,
+                       "%s: field \"hidden_size\" %d is not a multiple of \"num_attention_heads\" "
+                       "%d, which Llama requires",
+                       what, c->d_model, c->n_heads);
+  const struct {
+    const char *key;
+    float v;
+    int zero_ok;
+  } reals[] = {
+      {"rope_theta", c->rope_theta, 0},
+      {"rms_norm_eps", c->rms_eps, 0},
+      {"initializer_range", c->init_std, 1},
+  };
+  for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
+    if (!isfinite(reals[i].v) || reals[i].v < 0 || (reals[i].v == 0 && !reals[i].zero_ok))
+      return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" must be a finite %s number, got %g",
+                         what, reals[i].key, reals[i].zero_ok ? "non-negative" : "positive",
+                         (double)reals[i].v);
+  // The architecture alone tells transformers which tensors exist, so the
+  // flags must be the ones it implies.
+  if (c->qkv_bias != (c->arch == ENG_ARCH_QWEN2) || c->qk_norm != (c->arch == ENG_ARCH_QWEN3))
+    return eng_err_set(e, ENG_EINVAL,
+                       "%s: qkv_bias %d and qk_norm %d do not match architecture %s (q/k/v bias "
+                       "is Qwen2's, q/k norm is Qwen3's)",
+                       what, c->qkv_bias, c->qk_norm, eng_arch_name(c->arch));
+  if (c->tie_embeddings != 0 && c->tie_embeddings != 1)
+    return eng_err_set(e, ENG_EINVAL, "%s: field \"tie_word_embeddings\" must be 0 or 1, got %d",
+                       what, c->tie_embeddings);
+  return ENG_OK;
+}
+
+// ---- save ----------------------------------------------------------------------
+
+// The shortest decimal that reads back as the same float, so that 1e-6f is
+// written "1e-06" and not "9.99999997e-07".
+static json_t *json_float(float f) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; digits++) {
+    snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+    if (strtof(buf, NULL) == f) break;
+  }
+  return json_real(strtod(buf, NULL));
+}
+
+static int set(json_t *obj, const char *key, json_t *v) {
+  return json_object_set_new(obj, key, v);
+}
+
+int eng_config_save(const eng_config *c, const char *path, const char *dtype_name, eng_err *e) {
+  int rc = eng_config_validate(c, path, e);
+  if (rc) return rc;
+  json_t *o = json_object(), *arch_list = json_array(), *rope = json_object();
+  int bad = !o || !arch_list || !rope;
+  bad |= json_array_append_new(arch_list, json_string(archs[c->arch].architecture));
+  bad |= set(o, "architectures", arch_list);
+  bad |= set(o, "model_type", json_string(archs[c->arch].model_type));
+  bad |= set(o, "vocab_size", json_integer(c->vocab));
+  bad |= set(o, "hidden_size", json_integer(c->d_model));
+  bad |= set(o, "intermediate_size", json_integer(c->d_ff));
+  bad |= set(o, "num_hidden_layers", json_integer(c->n_layers));
+  bad |= set(o, "num_attention_heads", json_integer(c->n_heads));
+  bad |= set(o, "num_key_value_heads", json_integer(c->n_kv_heads));
+  bad |= set(o, "head_dim", json_integer(c->head_dim));
+  bad |= set(o, "hidden_act", json_string("silu"));
+  bad |= set(o, "max_position_embeddings", json_integer(c->max_pos));
+  bad |= set(o, "rms_norm_eps", json_float(c->rms_eps));
+  bad |= set(o, "initializer_range", json_float(c->init_std));
+  bad |= set(o, "tie_word_embeddings", json_boolean(c->tie_embeddings));
+  // transformers 4.x reads the top-level rope_theta, 5.x rope_parameters.
+  bad |= set(o, "rope_theta", json_float(c->rope_theta));
+  bad |= set(rope, "rope_theta", json_float(c->rope_theta));
+  bad |= set(rope, "rope_type", json_string("default"));
+  bad |= set(o, "rope_parameters", rope);
+  // "torch_dtype" until transformers 4.55, "dtype" since.
+  bad |= set(o, "torch_dtype", json_string(dtype_name));
+  bad |= set(o, "dtype", json_string(dtype_name));
+  if (c->arch != ENG_ARCH_QWEN2) bad |= set(o, "attention_bias", json_false());
+  if (c->arch == ENG_ARCH_LLAMA) bad |= set(o, "mlp_bias", json_false());
+  if (c->arch != ENG_ARCH_LLAMA) {
+    // transformers 4.x warns about sliding windows whenever sliding_window is
+    // set, and defaults it to 4096.
+    bad |= set(o, "use_sliding_window", json_false());
+    bad |= set(o, "sliding_window", json_null());
+  }
+  char *text = bad ? NULL : json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+  json_decref(o);
+  if (!text) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory building config.json", path);
+  eng_afile f;
+  rc = eng_afile_open(&f, path, e);
+  if (!rc) rc = eng_afile_write(&f, text, strlen(text), e);
+  if (!rc) rc = eng_afile_write(&f, "\n", 1, e);
+  if (!rc) rc = eng_afile_commit(&f, e);
+  else eng_afile_abort(&f);
+  free(text);
+  return rc;
+}

@@ -1,0 +1,356 @@
+// POSIX 2008 for open flags, mmap, strdup and fsync under -std=c17 too.
+#define _POSIX_C_SOURCE 200809L
+
+#include "model/hf_io.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/atomic_file.h"
+#include "model/safetensors.h"
+
+#define SINGLE_NAME "model.safetensors"
+#define INDEX_NAME "model.safetensors.index.json"
+
+static int join(char *out, size_t cap, const char *dir, const char *name, eng_err *e) {
+  int n = snprintf(out, cap, "%s/%s", dir, name);
+  if (n < 0 || (size_t)n >= cap)
+    return eng_err_set(e, ENG_EINVAL, "%.200s/%s: path is too long", dir, name);
+  return ENG_OK;
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+// A tensor's slot among the 3 + L * ENG_P_LAYER_COUNT that a layout can
+// have, so the loader can tick off what it has seen.
+static size_t slot_of(const eng_layout *lo, int shard, const eng_tensor *t) {
+  const size_t per_layer = ENG_P_LAYER_COUNT, head = 1 + (size_t)lo->n_layers * per_layer;
+  if (shard == 0) return 0;
+  if (shard == lo->n_layers + 1) return t->off == lo->final_norm.off ? head : head + 1;
+  size_t p = 0;
+  while (lo->layer_proto[p].off != t->off || !lo->layer_proto[p].numel) p++;
+  return 1 + (size_t)(shard - 1) * per_layer + p;
+}
+
+// ---- load ----------------------------------------------------------------------
+
+typedef struct loader {
+  const eng_layout *lo;
+  float *const *shards;
+  unsigned char *seen;  // one flag per slot
+  const char *source;   // the file that should have held a missing tensor
+} loader;
+
+static int ignorable(const eng_layout *lo, const char *name) {
+  static const char suffix[] = ".rotary_emb.inv_freq";
+  size_t n = strlen(name), k = sizeof suffix - 1;
+  if (n >= k && strcmp(name + n - k, suffix) == 0) return 1;
+  return lo->lm_head.numel == 0 && strcmp(name, lo->lm_head.name) == 0;
+}
+
+static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+  size_t at = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < ndim && at < cap; i++)
+    at += (size_t)snprintf(buf + at, cap - at, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (at < cap) snprintf(buf + at, cap - at, "]");
+}
+
+static int load_tensor(loader *L, const eng_st_file *f, const eng_st_tensor *st, eng_err *e) {
+  int shard;
+  eng_tensor t;
+  if (eng_layout_find(L->lo, st->name, &shard, &t) != 0) {
+    if (ignorable(L->lo, st->name)) return ENG_OK;
+    return eng_err_set(e, ENG_EINVAL,
+                       "%s: tensor \"%s\" is not a parameter of the model config.json describes",
+                       f->path, st->name);
+  }
+  if (st->dtype != ENG_ST_F32 && st->dtype != ENG_ST_BF16 && st->dtype != ENG_ST_F16)
+    return eng_err_set(e, ENG_EINVAL,
+                       "%s: tensor \"%s\" has dtype %s; weights must be F32, BF16 or F16", f->path,
+                       st->name, eng_st_dtype_name(st->dtype));
+  const int64_t want[2] = {t.rows, t.cols};
+  const int want_ndim = t.cols ? 2 : 1;
+  int same = st->ndim == want_ndim;
+  for (int i = 0; same && i < want_ndim; i++) same = st->shape[i] == want[i];
+  if (!same) {
+    char found[128], expected[64];
+    format_shape(found, sizeof found, st->ndim, st->shape);
+    format_shape(expected, sizeof expected, want_ndim, want);
+    return eng_err_set(e, ENG_EINVAL,
+                       "%s: tensor \"%s\" has shape %s, but config.json implies %s", f->path,
+                       st->name, found, expected);
+  }
+  int rc = eng_st_read_f32(f, st, L->shards[shard] + t.off, e);
+  if (!rc) L->seen[slot_of(L->lo, shard, &t)] = 1;
+  return rc;
+}
+
+// The first tensor of the layout, in Hugging Face order, that no file held.
+typedef struct missing {
+  const loader *L;
+  eng_tensor t;
+} missing;
+
+static int find_missing(void *ctx, int shard, const eng_tensor *t) {
+  missing *m = ctx;
+  if (m->L->seen[slot_of(m->L->lo, shard, t)]) return 0;
+  m->t = *t;
+  return 1;
+}
+
+static int check_complete(const loader *L, eng_err *e) {
+  missing m = {.L = L};
+  if (!eng_layout_visit(L->lo, find_missing, &m)) return ENG_OK;
+  char shape[64];
+  const int64_t dims[2] = {m.t.rows, m.t.cols};
+  format_shape(shape, sizeof shape, m.t.cols ? 2 : 1, dims);
+  return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" (shape %s) is missing", L->source, m.t.name,
+                     shape);
+}
+
+static int load_single(loader *L, const char *path, eng_err *e) {
+  eng_st_file f;
+  int rc = eng_st_open(&f, path, e);
+  for (int i = 0; !rc && i < f.n_tensors; i++) rc = load_tensor(L, &f, &f.tensors[i], e);
+  eng_st_close(&f);
+  return rc;
+}
+
+// A shard file named by the index must sit in the directory itself.
+static int check_shard_name(const char *index, const char *tensor, const json_t *v, eng_err *e) {
+  const char *s = json_string_value(v);
+  if (!s)
+    return eng_err_set(e, ENG_EINVAL, "%s: field \"weight_map\" entry \"%s\" must be a string", index,
+                       tensor);
+  if (!*s || strchr(s, '/') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+    return eng_err_set(e, ENG_EINVAL,
+                       "%s: field \"weight_map\" entry \"%s\" names \"%s\", which is not a file "
+                       "name in the model directory",
+                       index, tensor, s);
+  return ENG_OK;
+}
+
+// Reads every tensor that the weight map assigns to file, from that file.
+static int load_shard(loader *L, const char *dir, const char *index, const json_t *map,
+                      const char *file, eng_err *e) {
+  char path[4096];
+  int rc = join(path, sizeof path, dir, file, e);
+  eng_st_file f;
+  if (!rc) rc = eng_st_open(&f, path, e);
+  if (rc) return rc;
+  const char *name;
+  const json_t *v;
+  json_object_foreach((json_t *)map, name, v) {
+    if (strcmp(json_string_value(v), file) != 0) continue;
+    const eng_st_tensor *t = eng_st_find(&f, name);
+    rc = t ? load_tensor(L, &f, t, e)
+           : eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" is not in %s, where %s places it", path,
+                         name, file, index);
+    if (rc) break;
+  }
+  eng_st_close(&f);
+  return rc;
+}
+
+static int load_sharded(loader *L, const char *dir, const char *index, eng_err *e) {
+  json_error_t jerr;
+  json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return eng_err_set(e, json_error_code(&jerr) == json_error_cannot_open_file ? ENG_EIO : ENG_EINVAL,
+                       "%s: %s (line %d)", index, jerr.text, jerr.line);
+  const json_t *map = json_object_get(root, "weight_map");
+  int rc = ENG_OK;
+  if (!json_is_object(root) || !json_is_object(map))
+    rc = eng_err_set(e, ENG_EINVAL, "%s: field \"weight_map\" must be an object", index);
+  const char *name;
+  const json_t *v;
+  if (!rc) {
+    json_object_foreach((json_t *)map, name, v) {
+      if ((rc = check_shard_name(index, name, v, e))) break;
+    }
+  }
+  // Each file once, in order of first mention; the number of shard files is
+  // small, so finding earlier mentions by a scan is cheap.
+  if (!rc) {
+    void *it = json_object_iter((json_t *)map);
+    for (; !rc && it; it = json_object_iter_next((json_t *)map, it)) {
+      const char *file = json_string_value(json_object_iter_value(it));
+      int first = 1;
+      for (void *p = json_object_iter((json_t *)map); p != it && first;
+           p = json_object_iter_next((json_t *)map, p))
+        first = strcmp(json_string_value(json_object_iter_value(p)), file) != 0;
+      if (first) rc = load_shard(L, dir, index, map, file, e);
+    }
+  }
+  json_decref(root);
+  return rc;
+}
+
+int eng_hf_load_weights(const char *dir, const eng_layout *lo, float *const *shards, eng_err *e) {
+  char single[4096], index[4096];
+  int rc = join(single, sizeof single, dir, SINGLE_NAME, e);
+  if (!rc) rc = join(index, sizeof index, dir, INDEX_NAME, e);
+  if (rc) return rc;
+  const int sharded = !exists(single) && exists(index);
+  if (!sharded && !exists(single))
+    return eng_err_set(e, ENG_EIO, "%s: holds neither %s nor %s", dir, SINGLE_NAME, INDEX_NAME);
+  loader L = {.lo = lo, .shards = shards, .source = sharded ? index : single};
+  L.seen = calloc(3 + (size_t)lo->n_layers * ENG_P_LAYER_COUNT, 1);
+  if (!L.seen) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
+  rc = sharded ? load_sharded(&L, dir, index, e) : load_single(&L, single, e);
+  if (!rc) rc = check_complete(&L, e);
+  free(L.seen);
+  return rc;
+}
+
+// ---- save ----------------------------------------------------------------------
+
+// One tensor to write, with its name copied out of the visit's temporary.
+typedef struct item {
+  eng_st_src src;
+  char name[sizeof ((eng_tensor *)0)->name];
+  size_t bytes;
+} item;
+
+typedef struct collect {
+  const float *const *shards;
+  eng_st_dtype dtype;
+  item *items;
+  int n;
+} collect;
+
+static int collect_tensor(void *ctx, int shard, const eng_tensor *t) {
+  collect *c = ctx;
+  item *it = &c->items[c->n++];
+  memcpy(it->name, t->name, sizeof it->name);
+  it->src = (eng_st_src){.name = it->name, .dtype = c->dtype, .ndim = t->cols ? 2 : 1,
+                         .shape = {t->rows, t->cols}, .data = c->shards[shard] + t->off};
+  it->bytes = eng_st_src_nbytes(&it->src);
+  return 0;
+}
+
+static int make_dirs(const char *dir, eng_err *e) {
+  char buf[4096];
+  if (strlen(dir) >= sizeof buf) return eng_err_set(e, ENG_EINVAL, "%.200s...: path is too long", dir);
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1;; p++) {
+    if (*p != '/' && *p != '\0') continue;
+    char c = *p;
+    *p = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+      return eng_err_set(e, ENG_EIO, "%s: cannot create directory: %s", buf, strerror(errno));
+    *p = c;
+    if (!c) break;
+  }
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    return eng_err_set(e, ENG_EIO, "%s: not a directory", dir);
+  return ENG_OK;
+}
+
+static int remove_if_present(const char *path, eng_err *e) {
+  if (unlink(path) != 0 && errno != ENOENT)
+    return eng_err_set(e, ENG_EIO, "%s: cannot remove the stale file: %s", path, strerror(errno));
+  return ENG_OK;
+}
+
+// Writes items [from, to) to one file.
+static int write_group(const char *path, const item *items, int from, int to, eng_err *e) {
+  eng_st_src *src = malloc(sizeof *src * (size_t)(to - from + 1));
+  if (!src) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", path);
+  for (int i = from; i < to; i++) src[i - from] = items[i].src;
+  int rc = eng_st_write(path, src, to - from, e);
+  free(src);
+  return rc;
+}
+
+// Greedy packing in order: a file closes when the next tensor would take it
+// past max_bytes, as transformers' own sharding does.
+static int write_sharded(const char *dir, const item *items, int n, size_t max_bytes, eng_err *e) {
+  int *start = malloc(sizeof *start * (size_t)(n + 1));
+  json_t *root = json_object(), *map = json_object();
+  int rc = ENG_OK;
+  if (!start || !root || !map) rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
+  int groups = 0;
+  size_t total = 0, in_group = 0;
+  for (int i = 0; !rc && i < n; i++) {
+    if (i == 0 || (in_group > 0 && in_group + items[i].bytes > max_bytes)) {
+      start[groups++] = i;
+      in_group = 0;
+    }
+    in_group += items[i].bytes;
+    total += items[i].bytes;
+  }
+  if (!rc) start[groups] = n;
+  char file[64], path[4096];
+  for (int g = 0; !rc && g < groups; g++) {
+    snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", g + 1, groups);
+    rc = join(path, sizeof path, dir, file, e);
+    if (!rc) rc = write_group(path, items, start[g], start[g + 1], e);
+    for (int i = start[g]; !rc && i < start[g + 1]; i++)
+      if (json_object_set_new(map, items[i].name, json_string(file)))
+        rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
+  }
+  char *text = NULL;
+  if (!rc) {
+    json_object_set_new(root, "metadata", json_pack("{sI}", "total_size", (json_int_t)total));
+    json_object_set(root, "weight_map", map);
+    text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!text) rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
+  }
+  if (!rc) rc = join(path, sizeof path, dir, INDEX_NAME, e);
+  if (!rc) rc = eng_afile_write_all(path, text, strlen(text), e);
+  if (!rc) rc = join(path, sizeof path, dir, SINGLE_NAME, e);
+  if (!rc) rc = remove_if_present(path, e);
+  free(text);
+  json_decref(map);
+  json_decref(root);
+  free(start);
+  return rc;
+}
+
+static int write_single(const char *dir, const item *items, int n, eng_err *e) {
+  char path[4096];
+  int rc = join(path, sizeof path, dir, SINGLE_NAME, e);
+  if (!rc) rc = write_group(path, items, 0, n, e);
+  if (!rc) rc = join(path, sizeof path, dir, INDEX_NAME, e);
+  if (!rc) rc = remove_if_present(path, e);
+  return rc;
+}
+
+int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
+                const float *const *shards, int bf16, size_t max_shard_bytes, eng_err *e) {
+  int rc = eng_config_validate(c, dir, e);
+  if (rc) return rc;
+  eng_layout want;
+  eng_layout_init(&want, c);
+  if (want.n_layers != lo->n_layers || want.layer_numel != lo->layer_numel ||
+      want.embed.numel != lo->embed.numel || want.head_numel != lo->head_numel)
+    return eng_err_set(e, ENG_ESTATE, "%s: the parameter layout does not match the config", dir);
+  rc = make_dirs(dir, e);
+  if (rc) return rc;
+
+  collect col = {.shards = shards, .dtype = bf16 ? ENG_ST_BF16 : ENG_ST_F32};
+  col.items = malloc(sizeof *col.items * (3 + (size_t)lo->n_layers * ENG_P_LAYER_COUNT));
+  if (!col.items) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
+  eng_layout_visit(lo, collect_tensor, &col);
+  size_t total = 0;
+  for (int i = 0; i < col.n; i++) total += col.items[i].bytes;
+
+  rc = max_shard_bytes == 0 || total <= max_shard_bytes
+           ? write_single(dir, col.items, col.n, e)
+           : write_sharded(dir, col.items, col.n, max_shard_bytes, e);
+  free(col.items);
+  char path[4096];
+  if (!rc) rc = join(path, sizeof path, dir, "config.json", e);
+  if (!rc) rc = eng_config_save(c, path, bf16 ? "bfloat16" : "float32", e);
+  return rc;
+}

@@ -1,0 +1,210 @@
+// traind-train: the engine without the daemon. Trains a model from flags,
+// printing one line per step; used by `make demo`, the benchmarks and the GPU
+// machine (which has no daemon libraries).
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: traind-train [options]\n"
+          "Trains a Llama/Qwen2/Qwen3 model on the cpu backend, layer by layer.\n"
+          "\n"
+          "model (a Hugging Face directory, or random init from a preset and overrides):\n"
+          "  --model-dir DIR     config.json + model.safetensors to start from\n"
+          "  --preset NAME       tiny (~0.2M), demo (~10M Qwen3), bench5m, bench40m\n"
+          "  --arch A            llama | qwen2 | qwen3\n"
+          "  --vocab N --d N --layers N --heads N --kv-heads N --head-dim N --ffn N\n"
+          "  --tie               tie the embedding and the head\n"
+          "data:\n"
+          "  --data PATH         .bin shard, .jsonl records, or text (byte tokens)\n"
+          "  --eval PATH         held-out file; --eval-every N steps (default 0 = never)\n"
+          "  --seq N             sequence length (default 256)\n"
+          "  --batch N           sequences per step (default 8)\n"
+          "  --micro N           micro-batches per step (default 1)\n"
+          "training:\n"
+          "  --steps N           optimizer steps (default 100)\n"
+          "  --lr X --min-lr X --warmup N --wd X --clip X --seed N\n"
+          "streaming:\n"
+          "  --cap MIB           device arena cap in MiB (default 1024)\n"
+          "  --ckpt-every K      boundary checkpoint every K layers (0: only the first)\n"
+          "  --ckpt-host         keep boundary checkpoints in host memory\n"
+          "state:\n"
+          "  --save-dir DIR      save the training state there at the end (and --save-every N)\n"
+          "  --resume            resume from the newest checkpoint in --save-dir first\n"
+          "  --export DIR        write the trained model as a Hugging Face directory\n"
+          "  --quiet             print only the summary line\n"
+          "\n"
+          "Output: 'step N loss X lr X tok/s X' per step, then a summary line.\n"
+          "Exit codes: 0 success, 1 training or I/O error, 2 bad usage.\n");
+}
+
+static int preset(const char *name, eng_config *c) {
+  memset(c, 0, sizeof *c);
+  c->rope_theta = 10000.0f;
+  c->rms_eps = 1e-6f;
+  c->init_std = 0.02f;
+  c->max_pos = 4096;
+  if (!strcmp(name, "tiny")) { // well under 1M parameters: the tests' model
+    *c = (eng_config){ENG_ARCH_QWEN3, 256, 64, 2, 4, 2, 16, 176, 512, 10000.0f, 1e-6f, 0.02f, 1, 0, 1};
+  } else if (!strcmp(name, "demo")) { // ~10M Qwen3-style
+    *c = (eng_config){ENG_ARCH_QWEN3, 256, 384, 6, 6, 2, 64, 1024, 4096, 10000.0f, 1e-6f, 0.02f, 1, 0, 1};
+  } else if (!strcmp(name, "bench5m")) {
+    *c = (eng_config){ENG_ARCH_QWEN3, 4096, 256, 4, 8, 4, 32, 688, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
+  } else if (!strcmp(name, "bench40m")) {
+    *c = (eng_config){ENG_ARCH_QWEN3, 8192, 512, 8, 8, 4, 64, 1408, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
+typedef struct opts {
+  int quiet;
+} opts;
+
+static int on_progress(void *ctx, const eng_metrics *m) {
+  const opts *o = ctx;
+  if (o->quiet) return 0;
+  printf("step %5lld  loss %.4f", (long long)m->step, m->loss);
+  if (!isnan(m->eval_loss)) printf("  eval %.4f", m->eval_loss);
+  printf("  lr %.2e  norm %.3f  tok/s %8.0f  fwd %.3fs bwd %.3fs%s\n", m->lr, m->grad_norm,
+         m->tokens_per_s, m->t_fwd, m->t_bwd, m->skipped ? "  (skipped: non-finite)" : "");
+  fflush(stdout);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  eng_spec s;
+  eng_spec_defaults(&s);
+  preset("tiny", &s.config);
+  int steps = 100, resume = 0, save_every = 0;
+  const char *save_dir = NULL, *export_dir = NULL;
+  opts o = {0};
+  enum { O_MODEL = 256, O_PRESET, O_ARCH, O_VOCAB, O_D, O_LAYERS, O_HEADS, O_KV, O_HD, O_FFN, O_TIE,
+         O_DATA, O_EVAL, O_EVAL_EVERY, O_SEQ, O_BATCH, O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP,
+         O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
+         O_EXPORT, O_QUIET, O_HELP };
+  static const struct option lo[] = {
+      {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
+      {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
+      {"heads", 1, 0, O_HEADS}, {"kv-heads", 1, 0, O_KV}, {"head-dim", 1, 0, O_HD},
+      {"ffn", 1, 0, O_FFN}, {"tie", 0, 0, O_TIE}, {"data", 1, 0, O_DATA}, {"eval", 1, 0, O_EVAL},
+      {"eval-every", 1, 0, O_EVAL_EVERY}, {"seq", 1, 0, O_SEQ}, {"batch", 1, 0, O_BATCH},
+      {"micro", 1, 0, O_MICRO}, {"steps", 1, 0, O_STEPS}, {"lr", 1, 0, O_LR},
+      {"min-lr", 1, 0, O_MINLR}, {"warmup", 1, 0, O_WARMUP}, {"wd", 1, 0, O_WD},
+      {"clip", 1, 0, O_CLIP}, {"seed", 1, 0, O_SEED}, {"cap", 1, 0, O_CAP},
+      {"ckpt-every", 1, 0, O_CKPT}, {"ckpt-host", 0, 0, O_CKPT_HOST}, {"save-dir", 1, 0, O_SAVE},
+      {"save-every", 1, 0, O_SAVE_EVERY}, {"resume", 0, 0, O_RESUME}, {"export", 1, 0, O_EXPORT},
+      {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    switch (c) {
+    case O_MODEL: s.model_dir = optarg; break;
+    case O_PRESET:
+      if (preset(optarg, &s.config)) {
+        fprintf(stderr, "traind-train: unknown preset \"%s\" (tiny, demo, bench5m, bench40m)\n", optarg);
+        return 2;
+      }
+      break;
+    case O_ARCH:
+      if (!strcmp(optarg, "llama")) s.config.arch = ENG_ARCH_LLAMA, s.config.qkv_bias = 0, s.config.qk_norm = 0;
+      else if (!strcmp(optarg, "qwen2")) s.config.arch = ENG_ARCH_QWEN2, s.config.qkv_bias = 1, s.config.qk_norm = 0;
+      else if (!strcmp(optarg, "qwen3")) s.config.arch = ENG_ARCH_QWEN3, s.config.qkv_bias = 0, s.config.qk_norm = 1;
+      else {
+        fprintf(stderr, "traind-train: --arch must be llama, qwen2 or qwen3 (got \"%s\")\n", optarg);
+        return 2;
+      }
+      break;
+    case O_VOCAB: s.config.vocab = atoi(optarg); break;
+    case O_D: s.config.d_model = atoi(optarg); break;
+    case O_LAYERS: s.config.n_layers = atoi(optarg); break;
+    case O_HEADS: s.config.n_heads = atoi(optarg); break;
+    case O_KV: s.config.n_kv_heads = atoi(optarg); break;
+    case O_HD: s.config.head_dim = atoi(optarg); break;
+    case O_FFN: s.config.d_ff = atoi(optarg); break;
+    case O_TIE: s.config.tie_embeddings = 1; break;
+    case O_DATA: s.train_path = optarg; break;
+    case O_EVAL: s.eval_path = optarg; break;
+    case O_EVAL_EVERY: s.eval_every = atoi(optarg); break;
+    case O_SEQ: s.seq_len = atoi(optarg); break;
+    case O_BATCH: s.batch = atoi(optarg); break;
+    case O_MICRO: s.micro_batches = atoi(optarg); break;
+    case O_STEPS: steps = atoi(optarg); break;
+    case O_LR: s.lr = strtof(optarg, NULL); break;
+    case O_MINLR: s.min_lr = strtof(optarg, NULL); break;
+    case O_WARMUP: s.warmup_steps = atoi(optarg); break;
+    case O_WD: s.weight_decay = strtof(optarg, NULL); break;
+    case O_CLIP: s.clip = strtof(optarg, NULL); break;
+    case O_SEED: s.seed = strtoull(optarg, NULL, 10); break;
+    case O_CAP: s.device_cap = (size_t)strtoull(optarg, NULL, 10) << 20; break;
+    case O_CKPT: s.ckpt_every = atoi(optarg); break;
+    case O_CKPT_HOST: s.ckpt_place = ENG_PLACE_HOST; break;
+    case O_SAVE: save_dir = optarg; break;
+    case O_SAVE_EVERY: save_every = atoi(optarg); break;
+    case O_RESUME: resume = 1; break;
+    case O_EXPORT: export_dir = optarg; break;
+    case O_QUIET: o.quiet = 1; break;
+    case 'h':
+    case O_HELP: usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc || steps < 0 || (resume && !save_dir)) {
+    if (resume && !save_dir) fprintf(stderr, "traind-train: --resume needs --save-dir\n");
+    usage(stderr);
+    return 2;
+  }
+  if (!s.train_path) {
+    fprintf(stderr, "traind-train: --data is required\n");
+    return 2;
+  }
+  if (s.config.head_dim == 0 && s.config.n_heads > 0) s.config.head_dim = s.config.d_model / s.config.n_heads;
+  s.total_steps = steps;
+  s.progress = on_progress;
+  s.progress_ctx = &o;
+
+  eng_err e = {0};
+  eng_run *r = NULL;
+  eng_store st = {0};
+  int rc = eng_open(&s, &r, &e);
+  if (!rc && save_dir) rc = eng_store_dir_open(&st, save_dir, &e);
+  if (!rc && resume) {
+    rc = eng_load(r, &st, &e);
+    if (rc == 1) rc = 0; // nothing saved yet: start fresh
+    else if (!rc && !o.quiet) printf("resumed at step %lld\n", (long long)eng_steps_done(r));
+  }
+  if (!rc && !o.quiet) {
+    const eng_config *cfg = eng_run_config(r);
+    printf("model %s: %zu parameters, %d layers, d %d, vocab %d; batch %d x %d tokens\n",
+           eng_arch_name(cfg->arch), eng_param_count(r), cfg->n_layers, cfg->d_model, cfg->vocab,
+           s.batch, s.seq_len);
+  }
+  double first = NAN, last = NAN, tps_sum = 0;
+  int measured = 0;
+  eng_metrics m = {0};
+  while (!rc && eng_steps_done(r) < steps) {
+    rc = eng_step(r, &m, &e);
+    if (rc) break;
+    if (isnan(first)) first = m.loss;
+    last = m.loss;
+    if (m.step > 2) tps_sum += m.tokens_per_s, measured++; // warm-up excluded
+    if (save_dir && save_every > 0 && m.step % save_every == 0) rc = eng_save(r, &st, &e);
+  }
+  if (!rc && save_dir) rc = eng_save(r, &st, &e);
+  if (!rc && export_dir) rc = eng_export_hf(r, export_dir, 0, &e);
+  if (!rc) {
+    printf("done: %lld steps, loss %.4f -> %.4f, mean %.0f tok/s, peak arena %.1f MiB of %.1f MiB\n",
+           (long long)eng_steps_done(r), first, last, measured ? tps_sum / measured : 0.0,
+           m.peak_arena / 1048576.0, m.arena_cap / 1048576.0);
+  } else {
+    fprintf(stderr, "traind-train: %s: %s\n", eng_err_name(rc), e.msg);
+  }
+  if (st.close) st.close(st.ctx);
+  eng_close(r);
+  return rc ? 1 : 0;
+}

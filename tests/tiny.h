@@ -1,0 +1,29 @@
+// The tests' model: a Qwen3-style config well under 1M parameters (grouped
+// KV heads, q/k norms), trained on the demo text that ships in data/demo.
+#ifndef TESTS_TINY_H
+#define TESTS_TINY_H
+
+#include <stdio.h>
+
+#include "engine.h"
+
+static inline void tiny_spec(eng_spec *s, int layers) {
+  eng_spec_defaults(s);
+  s->config = (eng_config){.arch = ENG_ARCH_QWEN3, .vocab = 256, .d_model = 64, .n_layers = layers,
+                           .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .d_ff = 176,
+                           .max_pos = 512, .rope_theta = 10000.0f, .rms_eps = 1e-6f,
+                           .init_std = 0.02f, .tie_embeddings = 0, .qkv_bias = 0, .qk_norm = 1};
+  static char path[1024];
+  snprintf(path, sizeof path, "%s/data/demo/licenses.txt", TRAIND_SOURCE_DIR);
+  s->train_path = path;
+  s->seq_len = 64;
+  s->batch = 4;
+  s->lr = 3e-3f;
+  s->min_lr = 3e-4f;
+  s->warmup_steps = 5;
+  s->total_steps = 300;
+  s->seed = 42;
+  s->device_cap = (size_t)256 << 20;
+}
+
+#endif
