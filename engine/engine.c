@@ -69,6 +69,8 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
   if (s->warmup_steps < 0 || s->total_steps < 0) BAD("warmup_steps and total_steps must be non-negative");
   if (s->ckpt_every < 0) BAD("ckpt_every must be non-negative");
   if (s->ckpt_place != ENG_PLACE_DEVICE && s->ckpt_place != ENG_PLACE_HOST) BAD("unknown ckpt_place %d", s->ckpt_place);
+  if (s->keep_acts && (s->ckpt_every != 1 || s->ckpt_place != ENG_PLACE_DEVICE))
+    BAD("keep_acts needs ckpt_every 1 with checkpoints on the device");
   if (s->optimizer != ENG_OPT_ADAMW) BAD("unknown optimizer %d", s->optimizer);
   if (s->eval_every < 0 || (s->eval_every > 0 && !s->eval_path)) BAD("eval_every needs an eval_path");
   if (s->eval_batches < 1) BAD("eval_batches must be positive");
@@ -90,7 +92,7 @@ static int spec_config(const eng_spec *spec, eng_config *cfg, eng_err *e) {
 }
 
 static eng_exec_policy spec_policy(const eng_spec *s) {
-  return (eng_exec_policy){s->batch, s->seq_len, s->micro_batches, s->ckpt_every, s->ckpt_place};
+  return (eng_exec_policy){s->batch, s->seq_len, s->micro_batches, s->ckpt_every, s->ckpt_place, s->keep_acts};
 }
 
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {

@@ -65,6 +65,8 @@ typedef struct eng_spec {
   size_t device_cap;      // bytes of device arena allowed
   int ckpt_every;         // boundary checkpoint every k layers (0: only the first)
   eng_place ckpt_place;
+  int keep_acts;          // keep every layer's inner activations on the device
+                          // (no recompute in the backward; needs ckpt_every 1 on the device)
 
   eng_progress_fn progress; // optional
   void *progress_ctx;

@@ -51,7 +51,8 @@ struct eng_exec {
   float **rc;           // recompute buffers for the boundaries inside a block
   int n_rc;
   float *acts_buf, *scratch_buf, *ybuf;
-  eng_layer_acts acts;
+  eng_layer_acts acts;  // workspace of the layer being computed
+  eng_layer_acts *kept; // [L * micro_batches] when the policy keeps activations
   eng_layer_scratch scratch;
   float *h_xn, *h_rstd, *h_dxn, *h_scratch; // loss phase, one micro-batch
   int32_t *targets;     // [B*T] shifted labels (host)
@@ -127,7 +128,8 @@ static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy
     x->ckpt[l] = is_ckpt(p, l) && p->ckpt_place == ENG_PLACE_DEVICE ? take(cv, bnd) : NULL;
   x->n_rc = block_len_max(p, L) - 1;
   for (int j = 0; j < x->n_rc; j++) x->rc[j] = take(cv, bnd);
-  x->acts_buf = take(cv, eng_layer_acts_floats(c, mb, T));
+  size_t acts = eng_layer_acts_floats(c, mb, T);
+  x->acts_buf = take(cv, p->keep_acts ? acts * (size_t)L * p->micro_batches : acts);
   x->scratch_buf = take(cv, eng_layer_scratch_floats(c, mb, T));
   x->ybuf = take(cv, mbn * c->d_model);
   x->h_xn = take(cv, mbn * c->d_model);
@@ -296,6 +298,8 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   if (p->micro_batches < 1 || p->batch % p->micro_batches != 0)
     return eng_err_set(e, ENG_EINVAL, "spec: micro_batches (%d) must divide batch (%d)",
                        p->micro_batches, p->batch);
+  if (p->keep_acts && (p->ckpt_every != 1 || p->ckpt_place != ENG_PLACE_DEVICE))
+    return eng_err_set(e, ENG_EINVAL, "spec: keep_acts needs ckpt_every 1 with checkpoints on the device");
   size_t need = eng_exec_arena_bytes(c, p);
   char what[160];
   snprintf(what, sizeof what, "two layer slots, two gradient slots, %s and one micro-batch of %d",
@@ -325,6 +329,15 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   carve cv = {dev, 0};
   layout_arena(x, c, p, &cv);
   eng_layer_acts_bind(&x->acts, x->acts_buf, c, x->mb, p->seq_len);
+  if (p->keep_acts) {
+    size_t n = (size_t)x->L * p->micro_batches, acts = eng_layer_acts_floats(c, x->mb, p->seq_len);
+    x->kept = calloc(n, sizeof *x->kept);
+    if (!x->kept) {
+      eng_exec_close(x);
+      return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's tables");
+    }
+    for (size_t i = 0; i < n; i++) eng_layer_acts_bind(&x->kept[i], x->acts_buf + i * acts, c, x->mb, p->seq_len);
+  }
   eng_layer_scratch_bind(&x->scratch, x->scratch_buf, c, x->mb, p->seq_len);
   if (p->ckpt_place == ENG_PLACE_HOST) {
     for (int l = 0; l < x->L; l++) {
@@ -365,6 +378,7 @@ void eng_exec_close(eng_exec *x) {
   free(x->version);
   free(x->sumsq);
   free(x->opt_jobs);
+  free(x->kept);
   free(x->targets);
   free(x);
 }
@@ -377,6 +391,11 @@ static float *mbrow(const eng_exec *x, float *buf, int i) {
 }
 
 static int cancelled(volatile int *cancel) { return cancel && *cancel; }
+
+// Where layer l's micro-batch i keeps its activations.
+static eng_layer_acts *acts_of(eng_exec *x, int l, int i) {
+  return x->kept ? &x->kept[(size_t)l * x->p.micro_batches + i] : &x->acts;
+}
 
 static void build_schedule(eng_exec *x, int backward) {
   const int L = x->L, head = L + 1;
@@ -454,7 +473,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
     if (is_ckpt(&x->p, l) && backward) ckpt_store(x, l, cur);
     const float *w = sched_acquire(x, l + 1, &res->t_wait);
     for (int i = 0; i < nmb; i++)
-      eng_layer_fwd(c, lo, w, mbrow(x, cur, i), mbrow(x, nxt, i), mb, T, &x->acts);
+      eng_layer_fwd(c, lo, w, mbrow(x, cur, i), mbrow(x, nxt, i), mb, T, acts_of(x, l, i));
     sched_release(x);
     float *t = cur;
     cur = nxt;
@@ -511,8 +530,9 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
       const float *in = l == cb ? xin0 : x->rc[l - cb - 1];
       for (int i = 0; i < nmb; i++) {
         const float *xi = mbrow(x, (float *)in, i);
-        eng_layer_fwd(c, lo, w, xi, x->ybuf, mb, T, &x->acts);
-        eng_layer_bwd(c, lo, w, g, xi, &x->acts, mbrow(x, dy, i), mbrow(x, dx, i), mb, T, &x->scratch);
+        eng_layer_acts *a = acts_of(x, l, i);
+        if (!x->kept) eng_layer_fwd(c, lo, w, xi, x->ybuf, mb, T, a); // recompute the layer's inside
+        eng_layer_bwd(c, lo, w, g, xi, a, mbrow(x, dy, i), mbrow(x, dx, i), mb, T, &x->scratch);
       }
       sched_release(x);
       gslot_end(x, gi++, l + 1);

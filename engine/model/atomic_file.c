@@ -16,8 +16,7 @@ int eng_afile_open(eng_afile *f, const char *path, eng_err *e) {
   snprintf(f->path, sizeof f->path, "%s", path);
   snprintf(f->tmp, sizeof f->tmp, "%s.tmp", path);
   f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (f->fd < 0)
-    return eng_err_set(e, ENG_EIO, "%s: cannot create: %s", f->tmp, strerror(errno));
+  if (f->fd < 0) return eng_err_set(e, ENG_EIO, "%s: cannot create: %s", f->tmp, strerror(errno));
   return ENG_OK;
 }
 
@@ -45,15 +44,19 @@ void eng_afile_abort(eng_afile *f) {
 static int sync_parent(const char *path, eng_err *e) {
   char dir[4096];
   const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == path)
+    snprintf(dir, sizeof dir, "/");
+  else
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return eng_err_set(e, ENG_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
   int rc = fsync(fd);
   int err = errno;
   close(fd);
-  if (rc != 0) return eng_err_set(e, ENG_EIO, "%s: fsync of directory failed: %s", dir, strerror(err));
+  if (rc != 0)
+    return eng_err_set(e, ENG_EIO, "%s: fsync of directory failed: %s", dir, strerror(err));
   return ENG_OK;
 }
 

@@ -10,9 +10,9 @@
 #include "common/err.h"
 
 typedef struct eng_afile {
-  int fd;              // the open temporary file; -1 once committed or aborted
-  char path[4096];     // final name
-  char tmp[4096 + 8];  // path + ".tmp"
+  int fd;             // the open temporary file; -1 once committed or aborted
+  char path[4096];    // final name
+  char tmp[4096 + 8]; // path + ".tmp"
 } eng_afile;
 
 // Creates (truncating) path.tmp. On failure nothing is left open.

@@ -119,9 +119,10 @@ static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_e
     if (!json_is_string(mt)) return wrong_type(path, "model_type", "a string", mt, e);
     arch = find_arch(json_string_value(mt), 0);
     if (arch < 0)
-      return eng_err_set(e, ENG_ENOTSUP,
-                         "%s: field \"model_type\" is \"%s\", which is not one of llama, qwen2, qwen3",
-                         path, json_string_value(mt));
+      return eng_err_set(
+          e, ENG_ENOTSUP,
+          "%s: field \"model_type\" is \"%s\", which is not one of llama, qwen2, qwen3", path,
+          json_string_value(mt));
   }
   const json_t *list = json_object_get(root, "architectures");
   if (list && !json_is_null(list)) {
@@ -137,9 +138,10 @@ static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_e
                            "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
                            path, json_string_value(v));
       if (arch >= 0 && a != arch)
-        return eng_err_set(e, ENG_EINVAL,
-                           "%s: field \"architectures\" names \"%s\" but field \"model_type\" is \"%s\"",
-                           path, json_string_value(v), archs[arch].model_type);
+        return eng_err_set(
+            e, ENG_EINVAL,
+            "%s: field \"architectures\" names \"%s\" but field \"model_type\" is \"%s\"", path,
+            json_string_value(v), archs[arch].model_type);
       arch = a;
     }
   }
@@ -168,10 +170,13 @@ static int parse_rope(const json_t *root, const char *path, float *theta, eng_er
   const json_t *v;
   json_object_foreach((json_t *)rp, key, v) {
     if (strcmp(key, "rope_theta") == 0) {
-      if (json_is_number(v)) *theta = (float)json_number_value(v);
-      else if (!json_is_null(v)) return wrong_type(path, "rope_parameters.rope_theta", "a number", v, e);
+      if (json_is_number(v))
+        *theta = (float)json_number_value(v);
+      else if (!json_is_null(v))
+        return wrong_type(path, "rope_parameters.rope_theta", "a number", v, e);
     } else if (strcmp(key, "rope_type") == 0 || strcmp(key, "type") == 0) {
-      if (!json_is_string(v)) return wrong_type(path, "rope_parameters.rope_type", "a string", v, e);
+      if (!json_is_string(v))
+        return wrong_type(path, "rope_parameters.rope_type", "a string", v, e);
       if (strcmp(json_string_value(v), "default") != 0)
         return eng_err_set(e, ENG_ENOTSUP,
                            "%s: field \"rope_parameters.%s\" is \"%s\": only \"default\" RoPE is "
@@ -192,9 +197,9 @@ static int parse_rope(const json_t *root, const char *path, float *theta, eng_er
 
 // Mixture-of-experts configs of the families transformers knows carry one of
 // these counts; any positive value means routed experts.
-static const char *const moe_fields[] = {"num_experts",       "num_local_experts",
-                                         "n_routed_experts",  "num_experts_per_tok",
-                                         "n_shared_experts",  "moe_num_experts"};
+static const char *const moe_fields[] = {"num_experts",      "num_local_experts",
+                                         "n_routed_experts", "num_experts_per_tok",
+                                         "n_shared_experts", "moe_num_experts"};
 
 static int refuse_unsupported(const json_t *root, const char *path, eng_arch arch, eng_err *e) {
   for (size_t i = 0; i < sizeof moe_fields / sizeof moe_fields[0]; i++) {
@@ -203,8 +208,8 @@ static int refuse_unsupported(const json_t *root, const char *path, eng_arch arc
     if (rc) return rc;
     if (n > 0)
       return eng_err_set(e, ENG_ENOTSUP,
-                         "%s: field \"%s\" is %d: mixture-of-experts models are not supported", path,
-                         moe_fields[i], n);
+                         "%s: field \"%s\" is %d: mixture-of-experts models are not supported",
+                         path, moe_fields[i], n);
   }
   const json_t *act = json_object_get(root, "hidden_act");
   if (act && !json_is_null(act)) {
@@ -296,10 +301,9 @@ int eng_config_load(const char *path, eng_config *c, eng_err *e) {
     return eng_err_set(e, ENG_EINVAL, "%s: not valid JSON (line %d, column %d): %s", path,
                        jerr.line, jerr.column, jerr.text);
   }
-  int rc = json_is_object(root)
-               ? parse(root, path, c, e)
-               : eng_err_set(e, ENG_EINVAL, "%s: must hold a JSON object, not %s", path,
-                             json_kind(root));
+  int rc = json_is_object(root) ? parse(root, path, c, e)
+                                : eng_err_set(e, ENG_EINVAL, "%s: must hold a JSON object, not %s",
+                                              path, json_kind(root));
   json_decref(root);
   return rc;
 }
@@ -353,8 +357,8 @@ int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
   };
   for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
     if (!isfinite(reals[i].v) || reals[i].v < 0 || (reals[i].v == 0 && !reals[i].zero_ok))
-      return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" must be a finite %s number, got %g",
-                         what, reals[i].key, reals[i].zero_ok ? "non-negative" : "positive",
+      return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" must be a finite %s number, got %g", what,
+                         reals[i].key, reals[i].zero_ok ? "non-negative" : "positive",
                          (double)reals[i].v);
   // The architecture alone tells transformers which tensors exist, so the
   // flags must be the ones it implies.
@@ -382,9 +386,7 @@ static json_t *json_float(float f) {
   return json_real(strtod(buf, NULL));
 }
 
-static int set(json_t *obj, const char *key, json_t *v) {
-  return json_object_set_new(obj, key, v);
-}
+static int set(json_t *obj, const char *key, json_t *v) { return json_object_set_new(obj, key, v); }
 
 int eng_config_save(const eng_config *c, const char *path, const char *dtype_name, eng_err *e) {
   int rc = eng_config_validate(c, path, e);
@@ -429,8 +431,10 @@ int eng_config_save(const eng_config *c, const char *path, const char *dtype_nam
   rc = eng_afile_open(&f, path, e);
   if (!rc) rc = eng_afile_write(&f, text, strlen(text), e);
   if (!rc) rc = eng_afile_write(&f, "\n", 1, e);
-  if (!rc) rc = eng_afile_commit(&f, e);
-  else eng_afile_abort(&f);
+  if (!rc)
+    rc = eng_afile_commit(&f, e);
+  else
+    eng_afile_abort(&f);
   free(text);
   return rc;
 }

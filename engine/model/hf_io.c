@@ -45,8 +45,8 @@ static size_t slot_of(const eng_layout *lo, int shard, const eng_tensor *t) {
 typedef struct loader {
   const eng_layout *lo;
   float *const *shards;
-  unsigned char *seen;  // one flag per slot
-  const char *source;   // the file that should have held a missing tensor
+  unsigned char *seen; // one flag per slot
+  const char *source;  // the file that should have held a missing tensor
 } loader;
 
 static int ignorable(const eng_layout *lo, const char *name) {
@@ -66,10 +66,12 @@ static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) 
 static int load_tensor(loader *L, const eng_st_file *f, const eng_st_tensor *st, eng_err *e) {
   int shard;
   eng_tensor t;
-  if (eng_layout_find(L->lo, st->name, &shard, &t) != 0) {
+  // eng_layout_find reads the layer number leniently ("01" is layer 1); only
+  // the exact Hugging Face spelling counts, so no tensor can land twice.
+  if (eng_layout_find(L->lo, st->name, &shard, &t) != 0 || strcmp(t.name, st->name) != 0) {
     if (ignorable(L->lo, st->name)) return ENG_OK;
     return eng_err_set(e, ENG_EINVAL,
-                       "%s: tensor \"%s\" is not a parameter of the model config.json describes",
+                       "%s: tensor \"%s\" is not a parameter of the model described by config.json",
                        f->path, st->name);
   }
   if (st->dtype != ENG_ST_F32 && st->dtype != ENG_ST_BF16 && st->dtype != ENG_ST_F16)
@@ -84,9 +86,8 @@ static int load_tensor(loader *L, const eng_st_file *f, const eng_st_tensor *st,
     char found[128], expected[64];
     format_shape(found, sizeof found, st->ndim, st->shape);
     format_shape(expected, sizeof expected, want_ndim, want);
-    return eng_err_set(e, ENG_EINVAL,
-                       "%s: tensor \"%s\" has shape %s, but config.json implies %s", f->path,
-                       st->name, found, expected);
+    return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" has shape %s, but config.json implies %s",
+                       f->path, st->name, found, expected);
   }
   int rc = eng_st_read_f32(f, st, L->shards[shard] + t.off, e);
   if (!rc) L->seen[slot_of(L->lo, shard, &t)] = 1;
@@ -128,8 +129,8 @@ static int load_single(loader *L, const char *path, eng_err *e) {
 static int check_shard_name(const char *index, const char *tensor, const json_t *v, eng_err *e) {
   const char *s = json_string_value(v);
   if (!s)
-    return eng_err_set(e, ENG_EINVAL, "%s: field \"weight_map\" entry \"%s\" must be a string", index,
-                       tensor);
+    return eng_err_set(e, ENG_EINVAL, "%s: field \"weight_map\" entry \"%s\" must be a string",
+                       index, tensor);
   if (!*s || strchr(s, '/') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
     return eng_err_set(e, ENG_EINVAL,
                        "%s: field \"weight_map\" entry \"%s\" names \"%s\", which is not a file "
@@ -145,6 +146,8 @@ static int load_shard(loader *L, const char *dir, const char *index, const json_
   int rc = join(path, sizeof path, dir, file, e);
   eng_st_file f;
   if (!rc) rc = eng_st_open(&f, path, e);
+  if (rc == ENG_EIO)
+    eng_err_prefix(e, "%s: field \"weight_map\" names a file that cannot be read: ", index);
   if (rc) return rc;
   const char *name;
   const json_t *v;
@@ -152,8 +155,8 @@ static int load_shard(loader *L, const char *dir, const char *index, const json_
     if (strcmp(json_string_value(v), file) != 0) continue;
     const eng_st_tensor *t = eng_st_find(&f, name);
     rc = t ? load_tensor(L, &f, t, e)
-           : eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" is not in %s, where %s places it", path,
-                         name, file, index);
+           : eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" is not in this file, where %s places it",
+                         path, name, index);
     if (rc) break;
   }
   eng_st_close(&f);
@@ -164,7 +167,8 @@ static int load_sharded(loader *L, const char *dir, const char *index, eng_err *
   json_error_t jerr;
   json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
   if (!root)
-    return eng_err_set(e, json_error_code(&jerr) == json_error_cannot_open_file ? ENG_EIO : ENG_EINVAL,
+    return eng_err_set(e,
+                       json_error_code(&jerr) == json_error_cannot_open_file ? ENG_EIO : ENG_EINVAL,
                        "%s: %s (line %d)", index, jerr.text, jerr.line);
   const json_t *map = json_object_get(root, "weight_map");
   int rc = ENG_OK;
@@ -216,7 +220,7 @@ int eng_hf_load_weights(const char *dir, const eng_layout *lo, float *const *sha
 // One tensor to write, with its name copied out of the visit's temporary.
 typedef struct item {
   eng_st_src src;
-  char name[sizeof ((eng_tensor *)0)->name];
+  char name[sizeof((eng_tensor *)0)->name];
   size_t bytes;
 } item;
 
@@ -231,15 +235,19 @@ static int collect_tensor(void *ctx, int shard, const eng_tensor *t) {
   collect *c = ctx;
   item *it = &c->items[c->n++];
   memcpy(it->name, t->name, sizeof it->name);
-  it->src = (eng_st_src){.name = it->name, .dtype = c->dtype, .ndim = t->cols ? 2 : 1,
-                         .shape = {t->rows, t->cols}, .data = c->shards[shard] + t->off};
+  it->src = (eng_st_src){.name = it->name,
+                         .dtype = c->dtype,
+                         .ndim = t->cols ? 2 : 1,
+                         .shape = {t->rows, t->cols},
+                         .data = c->shards[shard] + t->off};
   it->bytes = eng_st_src_nbytes(&it->src);
   return 0;
 }
 
 static int make_dirs(const char *dir, eng_err *e) {
   char buf[4096];
-  if (strlen(dir) >= sizeof buf) return eng_err_set(e, ENG_EINVAL, "%.200s...: path is too long", dir);
+  if (strlen(dir) >= sizeof buf)
+    return eng_err_set(e, ENG_EINVAL, "%.200s...: path is too long", dir);
   snprintf(buf, sizeof buf, "%s", dir);
   for (char *p = buf + 1;; p++) {
     if (*p != '/' && *p != '\0') continue;
@@ -301,9 +309,10 @@ static int write_sharded(const char *dir, const item *items, int n, size_t max_b
   }
   char *text = NULL;
   if (!rc) {
-    json_object_set_new(root, "metadata", json_pack("{sI}", "total_size", (json_int_t)total));
-    json_object_set(root, "weight_map", map);
-    text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!json_object_set_new(root, "metadata",
+                             json_pack("{sI}", "total_size", (json_int_t)total)) &&
+        !json_object_set(root, "weight_map", map))
+      text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (!text) rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
   }
   if (!rc) rc = join(path, sizeof path, dir, INDEX_NAME, e);

@@ -95,6 +95,10 @@ int eng_layout_find(const eng_layout *lo, const char *name, int *shard, eng_tens
   int l, n = 0;
   if (sscanf(name, "model.layers.%d.%n", &l, &n) != 1 || n == 0 || l < 0 || l >= lo->n_layers)
     return -1;
+  // Only the canonical spelling: "model.layers.01.x" or "+1" is not layer 1.
+  char prefix[48];
+  if (snprintf(prefix, sizeof prefix, "model.layers.%d.", l) != n || strncmp(name, prefix, (size_t)n))
+    return -1;
   for (int p = 0; p < ENG_P_LAYER_COUNT; p++) {
     if (lo->layer_proto[p].numel && strcmp(name + n, layer_names[p].suffix) == 0) {
       *shard = l + 1;

@@ -30,7 +30,7 @@ enum { N_DTYPES = sizeof dtypes / sizeof dtypes[0] };
 
 // Dtypes of the format that the engine does not read: refused as unsupported
 // rather than as malformed.
-static const char *const other_dtypes[] = {"BOOL", "U8",  "I8",  "I16",     "U16",    "U32",
+static const char *const other_dtypes[] = {"BOOL", "U8",  "I8",  "I16",     "U16",     "U32",
                                            "U64",  "F64", "C64", "F8_E5M2", "F8_E4M3", "F8_E8M0"};
 
 const char *eng_st_dtype_name(eng_st_dtype d) {
@@ -111,8 +111,9 @@ static int parse_dtype(const char *path, const char *name, const json_t *v, eng_
                          "%s: tensor \"%s\": dtype \"%s\" is not supported (F32, BF16, F16, I32, "
                          "I64 are)",
                          path, name, s);
-  return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\": field \"dtype\" is \"%s\", an unknown dtype",
-                     path, name, s);
+  return eng_err_set(e, ENG_EINVAL,
+                     "%s: tensor \"%s\": field \"dtype\" is \"%s\", an unknown dtype", path, name,
+                     s);
 }
 
 static int parse_shape(const char *path, const char *name, const json_t *v, eng_st_tensor *t,
@@ -121,8 +122,10 @@ static int parse_shape(const char *path, const char *name, const json_t *v, eng_
     return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\": field \"shape\" must be an array, got %s",
                        path, name, kind(v));
   if (json_array_size(v) > ENG_ST_MAX_DIMS)
-    return eng_err_set(e, ENG_ENOTSUP, "%s: tensor \"%s\": field \"shape\" has %zu dimensions, "
-                       "more than %d", path, name, json_array_size(v), ENG_ST_MAX_DIMS);
+    return eng_err_set(e, ENG_ENOTSUP,
+                       "%s: tensor \"%s\": field \"shape\" has %zu dimensions, "
+                       "more than %d",
+                       path, name, json_array_size(v), ENG_ST_MAX_DIMS);
   t->ndim = (int)json_array_size(v);
   t->numel = 1;
   size_t i;
@@ -152,7 +155,8 @@ static int parse_offsets(const eng_st_file *f, const char *name, const json_t *v
   t->begin = (size_t)json_integer_value(b);
   t->end = (size_t)json_integer_value(en);
   size_t nbytes;
-  if (__builtin_mul_overflow(t->numel, dtypes[t->dtype].size, &nbytes) || t->end - t->begin != nbytes)
+  if (__builtin_mul_overflow(t->numel, dtypes[t->dtype].size, &nbytes) ||
+      t->end - t->begin != nbytes)
     return eng_err_set(e, ENG_EINVAL,
                        "%s: tensor \"%s\": field \"data_offsets\" [%zu, %zu] spans %zu bytes but "
                        "its shape and dtype %s need %zu x %zu",
@@ -213,9 +217,10 @@ static int check_tiling(const eng_st_file *f, eng_err *e) {
   for (int i = 0; i < f->n_tensors; i++) {
     const eng_st_tensor *t = &f->tensors[i];
     if (t->begin < at)
-      return eng_err_set(e, ENG_EINVAL,
-                         "%s: tensor \"%s\": field \"data_offsets\" [%zu, %zu] overlaps tensor \"%s\"",
-                         f->path, t->name, t->begin, t->end, prev);
+      return eng_err_set(
+          e, ENG_EINVAL,
+          "%s: tensor \"%s\": field \"data_offsets\" [%zu, %zu] overlaps tensor \"%s\"", f->path,
+          t->name, t->begin, t->end, prev);
     if (t->begin > at)
       return eng_err_set(e, ENG_EINVAL,
                          "%s: tensor \"%s\": field \"data_offsets\" begins at %zu, leaving bytes "
@@ -225,9 +230,9 @@ static int check_tiling(const eng_st_file *f, eng_err *e) {
     prev = t->name;
   }
   if (at != f->data_size)
-    return eng_err_set(e, ENG_EINVAL, "%s: %zu bytes after the last tensor%s%s%s belong to no tensor",
-                       f->path, f->data_size - at, prev ? " \"" : "", prev ? prev : "",
-                       prev ? "\"" : "");
+    return eng_err_set(e, ENG_EINVAL,
+                       "%s: %zu bytes after the last tensor%s%s%s belong to no tensor", f->path,
+                       f->data_size - at, prev ? " \"" : "", prev ? prev : "", prev ? "\"" : "");
   return ENG_OK;
 }
 
@@ -248,7 +253,8 @@ static int parse_header(eng_st_file *f, size_t header_len, eng_err *e) {
     n--;
   }
   f->tensors = calloc(n ? n : 1, sizeof *f->tensors);
-  if (!f->tensors) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory for %zu tensors", f->path, n);
+  if (!f->tensors)
+    return eng_err_set(e, ENG_ENOMEM, "%s: out of memory for %zu tensors", f->path, n);
   const char *key;
   json_t *v;
   json_object_foreach(f->header, key, v) {
@@ -271,14 +277,16 @@ static int map_file(eng_st_file *f, eng_err *e) {
   } else if (!S_ISREG(st.st_mode)) {
     rc = eng_err_set(e, ENG_EIO, "%s: not a regular file", f->path);
   } else if (st.st_size < 8) {
-    rc = eng_err_set(e, ENG_EINVAL,
-                     "%s: file is %lld bytes, too short for the 8-byte header length",
-                     f->path, (long long)st.st_size);
+    rc =
+        eng_err_set(e, ENG_EINVAL, "%s: file is %lld bytes, too short for the 8-byte header length",
+                    f->path, (long long)st.st_size);
   } else {
     f->size = (size_t)st.st_size;
     void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) rc = eng_err_set(e, ENG_EIO, "%s: cannot map: %s", f->path, strerror(errno));
-    else f->map = m;
+    if (m == MAP_FAILED)
+      rc = eng_err_set(e, ENG_EIO, "%s: cannot map: %s", f->path, strerror(errno));
+    else
+      f->map = m;
   }
   close(fd);
   return rc;
@@ -372,21 +380,23 @@ static size_t src_numel(const eng_st_src *t) {
 size_t eng_st_src_nbytes(const eng_st_src *t) { return src_numel(t) * dtypes[t->dtype].size; }
 
 static int check_src(const char *path, const eng_st_src *t, const json_t *header, eng_err *e) {
-  if (!t->name || !*t->name || strcmp(t->name, "__metadata__") == 0 || json_object_get(header, t->name))
+  if (!t->name || !*t->name || strcmp(t->name, "__metadata__") == 0 ||
+      json_object_get(header, t->name))
     return eng_err_set(e, ENG_EINVAL, "%s: tensor name \"%s\" is empty, reserved or repeated", path,
                        t->name ? t->name : "(null)");
   if (t->dtype != ENG_ST_F32 && t->dtype != ENG_ST_BF16 && t->dtype != ENG_ST_I32)
-    return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\": cannot write dtype %s (F32, BF16, I32 only)",
-                       path, t->name, eng_st_dtype_name(t->dtype));
+    return eng_err_set(e, ENG_EINVAL,
+                       "%s: tensor \"%s\": cannot write dtype %s (F32, BF16, I32 only)", path,
+                       t->name, eng_st_dtype_name(t->dtype));
   if (t->ndim < 0 || t->ndim > ENG_ST_MAX_DIMS)
     return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\": %d dimensions", path, t->name, t->ndim);
   size_t n = 1;
   for (int i = 0; i < t->ndim; i++)
-    if (t->shape[i] < 0 || __builtin_mul_overflow(n, (size_t)t->shape[i], &n) ||
-        n > SIZE_MAX / 8)
+    if (t->shape[i] < 0 || __builtin_mul_overflow(n, (size_t)t->shape[i], &n) || n > SIZE_MAX / 8)
       return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\": shape entry %d is %lld", path, t->name,
                          i, (long long)t->shape[i]);
-  if (n && !t->data) return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" has no data", path, t->name);
+  if (n && !t->data)
+    return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" has no data", path, t->name);
   return ENG_OK;
 }
 
@@ -403,7 +413,8 @@ static int build_header(const char *path, const eng_st_src *t, int n, json_t **o
       return rc;
     }
     json_t *shape = json_array(), *desc = json_object();
-    for (int d = 0; d < t[i].ndim; d++) bad |= json_array_append_new(shape, json_integer(t[i].shape[d]));
+    for (int d = 0; d < t[i].ndim; d++)
+      bad |= json_array_append_new(shape, json_integer(t[i].shape[d]));
     size_t end = at + eng_st_src_nbytes(&t[i]);
     bad |= json_object_set_new(desc, "dtype", json_string(dtypes[t[i].dtype].name));
     bad |= json_object_set_new(desc, "shape", shape);
@@ -421,9 +432,11 @@ static int build_header(const char *path, const eng_st_src *t, int n, json_t **o
 }
 
 // Writes the tensor's bytes, converting to bf16 through a bounded buffer.
-static int write_data(eng_afile *af, const eng_st_src *t, uint16_t *buf, size_t buf_len, eng_err *e) {
+static int write_data(eng_afile *af, const eng_st_src *t, uint16_t *buf, size_t buf_len,
+                      eng_err *e) {
   size_t numel = src_numel(t);
-  if (t->dtype != ENG_ST_BF16) return eng_afile_write(af, t->data, numel * dtypes[t->dtype].size, e);
+  if (t->dtype != ENG_ST_BF16)
+    return eng_afile_write(af, t->data, numel * dtypes[t->dtype].size, e);
   const float *x = t->data;
   for (size_t at = 0; at < numel; at += buf_len) {
     size_t k = numel - at < buf_len ? numel - at : buf_len;
@@ -455,8 +468,10 @@ int eng_st_write(const char *path, const eng_st_src *t, int n, eng_err *e) {
   if (!rc) rc = eng_afile_write(&af, text, len, e);
   if (!rc) rc = eng_afile_write(&af, "        ", padded - len, e);
   for (int i = 0; !rc && i < n; i++) rc = write_data(&af, &t[i], buf, BUF_LEN, e);
-  if (!rc) rc = eng_afile_commit(&af, e);
-  else eng_afile_abort(&af);
+  if (!rc)
+    rc = eng_afile_commit(&af, e);
+  else
+    eng_afile_abort(&af);
   free(text);
   free(buf);
   return rc;

@@ -28,26 +28,26 @@ const char *eng_st_dtype_name(eng_st_dtype d);
 size_t eng_st_dtype_size(eng_st_dtype d);
 
 typedef struct eng_st_tensor {
-  const char *name;                 // owned by the eng_st_file
+  const char *name; // owned by the eng_st_file
   eng_st_dtype dtype;
-  int ndim;                         // 0 for a scalar
+  int ndim; // 0 for a scalar
   int64_t shape[ENG_ST_MAX_DIMS];
-  size_t numel;                     // product of shape (1 for a scalar)
-  size_t begin, end;                // byte range inside the data section
+  size_t numel;      // product of shape (1 for a scalar)
+  size_t begin, end; // byte range inside the data section
 } eng_st_tensor;
 
 struct json_t;
 
 // An open file. Fields are read-only to callers.
 typedef struct eng_st_file {
-  char *path;                       // copy of the path, for messages
-  const unsigned char *map;         // the whole file, mapped read-only
-  size_t size;                      // file bytes
-  const unsigned char *data;        // start of the data section inside map
+  char *path;                // copy of the path, for messages
+  const unsigned char *map;  // the whole file, mapped read-only
+  size_t size;               // file bytes
+  const unsigned char *data; // start of the data section inside map
   size_t data_size;
   int n_tensors;
-  eng_st_tensor *tensors;           // in data order (ascending begin)
-  struct json_t *header;            // parsed header; tensor names point into it
+  eng_st_tensor *tensors; // in data order (ascending begin)
+  struct json_t *header;  // parsed header; tensor names point into it
 } eng_st_file;
 
 // Maps and validates path. On failure f holds nothing to close.
@@ -72,10 +72,10 @@ int eng_st_read_i32(const eng_st_file *f, const eng_st_tensor *t, int32_t *out, 
 // nearest, ties to even; NaN stays NaN), int32_t for I32.
 typedef struct eng_st_src {
   const char *name;
-  eng_st_dtype dtype;               // F32, BF16 or I32
+  eng_st_dtype dtype; // F32, BF16 or I32
   int ndim;
   int64_t shape[ENG_ST_MAX_DIMS];
-  const void *data;                 // numel elements, borrowed
+  const void *data; // numel elements, borrowed
 } eng_st_src;
 
 // Writes n tensors, in the given order, to path atomically (path.tmp, fsync,

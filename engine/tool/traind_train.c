@@ -33,6 +33,7 @@ static void usage(FILE *f) {
           "  --cap MIB           device arena cap in MiB (default 1024)\n"
           "  --ckpt-every K      boundary checkpoint every K layers (0: only the first)\n"
           "  --ckpt-host         keep boundary checkpoints in host memory\n"
+          "  --keep-acts         keep every layer's activations on the device (no recompute)\n"
           "state:\n"
           "  --save-dir DIR      save the training state there at the end (and --save-every N)\n"
           "  --resume            resume from the newest checkpoint in --save-dir first\n"
@@ -56,7 +57,7 @@ static int preset(const char *name, eng_config *c) {
   } else if (!strcmp(name, "bench5m")) {
     *c = (eng_config){ENG_ARCH_QWEN3, 4096, 256, 4, 8, 4, 32, 688, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
   } else if (!strcmp(name, "bench40m")) {
-    *c = (eng_config){ENG_ARCH_QWEN3, 8192, 512, 8, 8, 4, 64, 1408, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
+    *c = (eng_config){ENG_ARCH_QWEN3, 16384, 512, 8, 8, 4, 64, 1536, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
   } else {
     return -1;
   }
@@ -72,8 +73,9 @@ static int on_progress(void *ctx, const eng_metrics *m) {
   if (o->quiet) return 0;
   printf("step %5lld  loss %.4f", (long long)m->step, m->loss);
   if (!isnan(m->eval_loss)) printf("  eval %.4f", m->eval_loss);
-  printf("  lr %.2e  norm %.3f  tok/s %8.0f  fwd %.3fs bwd %.3fs%s\n", m->lr, m->grad_norm,
-         m->tokens_per_s, m->t_fwd, m->t_bwd, m->skipped ? "  (skipped: non-finite)" : "");
+  printf("  lr %.2e  norm %.3f  tok/s %8.0f  fwd %.3fs loss %.3fs bwd %.3fs wait %.3fs%s\n", m->lr,
+         m->grad_norm, m->tokens_per_s, m->t_fwd, m->t_loss, m->t_bwd, m->t_opt_wait,
+         m->skipped ? "  (skipped: non-finite)" : "");
   fflush(stdout);
   return 0;
 }
@@ -88,7 +90,7 @@ int main(int argc, char **argv) {
   enum { O_MODEL = 256, O_PRESET, O_ARCH, O_VOCAB, O_D, O_LAYERS, O_HEADS, O_KV, O_HD, O_FFN, O_TIE,
          O_DATA, O_EVAL, O_EVAL_EVERY, O_SEQ, O_BATCH, O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP,
          O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
-         O_EXPORT, O_QUIET, O_HELP };
+         O_EXPORT, O_QUIET, O_KEEP, O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
       {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
@@ -100,7 +102,7 @@ int main(int argc, char **argv) {
       {"clip", 1, 0, O_CLIP}, {"seed", 1, 0, O_SEED}, {"cap", 1, 0, O_CAP},
       {"ckpt-every", 1, 0, O_CKPT}, {"ckpt-host", 0, 0, O_CKPT_HOST}, {"save-dir", 1, 0, O_SAVE},
       {"save-every", 1, 0, O_SAVE_EVERY}, {"resume", 0, 0, O_RESUME}, {"export", 1, 0, O_EXPORT},
-      {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+      {"quiet", 0, 0, O_QUIET}, {"keep-acts", 0, 0, O_KEEP}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
@@ -149,6 +151,7 @@ int main(int argc, char **argv) {
     case O_RESUME: resume = 1; break;
     case O_EXPORT: export_dir = optarg; break;
     case O_QUIET: o.quiet = 1; break;
+    case O_KEEP: s.keep_acts = 1; break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;

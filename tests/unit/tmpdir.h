@@ -13,7 +13,7 @@
 static char tmp_root[64];
 
 static inline const char *tmp_make(void) {
-  snprintf(tmp_root, sizeof tmp_root, "/tmp/traind-test-XXXXXX");
+  snprintf(tmp_root, sizeof tmp_root, "/tmp/traind-tmp-XXXXXX");
   CHECK(mkdtemp(tmp_root), "mkdtemp failed");
   return tmp_root;
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Training throughput of the cpu backend against PyTorch on the CPU, in one
+# run, with the same thread count: transformers' Qwen3 model class (sdpa
+# attention, no torch.compile) and torch.optim.AdamW, full steps (forward,
+# backward, clipping, AdamW), warm-up steps excluded, medians quoted.
+# Models: ~5M (d 256, 4 layers, 8 heads, 4 kv heads, ffn 688, vocab 4096) and
+# ~40M (d 512, 8 layers, 8/4 heads, ffn 1536, vocab 16384), T 256, batch 8.
+# Also prints the achieved GFLOP/s (6 · params · tokens per second, the
+# convention of the papers we compare with) against the machine's sgemm rate
+# measured in the same run. Last line: "engine: <ratio>x vs torch" (5M model).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD_DIR=${BUILD_DIR:-build}
+THREADS=${THREADS:-$(nproc)}
+STEPS=${STEPS:-12}
+WARMUP=3
+export OMP_NUM_THREADS=$THREADS
+PY=${PYTHON:-python3}
+if ! $PY -c 'import torch, transformers' 2>/dev/null; then
+  echo "engine.sh: the peer needs torch and transformers on $PY (pip install torch transformers)" >&2
+  exit 1
+fi
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+sgemm=$("$BUILD_DIR"/tests/bench_sgemm_rate | awk '/sgemm_gflops/ {print $2}')
+echo "machine: $THREADS threads, sgemm $sgemm GFLOP/s (2048^3, median of 5)"
+
+# ours: per-step tok/s lines after the warm-up, median
+ours() { # preset
+  "$BUILD_DIR"/engine/traind-train --preset "$1" --data data/demo/licenses.txt --seq 256 --batch 8 \
+    --steps $((STEPS + WARMUP)) --cap 4096 --keep-acts --lr 1e-4 |
+    awk -v w=$WARMUP '/^step/ && $2 > w {for (i=1;i<=NF;i++) if ($i=="tok/s") print $(i+1)}' | median
+}
+params() {
+  "$BUILD_DIR"/engine/traind-train --preset "$1" --data data/demo/licenses.txt --seq 256 --batch 8 --steps 0 |
+    awk '/^model/ {print $3}'
+}
+theirs() { # torch args...
+  $PY tests/bench/engine_torch.py --arch qwen3 --seq 256 --batch 8 --steps "$STEPS" --warmup $WARMUP \
+    --threads "$THREADS" "$@" | awk '/^torch_tokens_per_s/ {print $2}'
+}
+
+declare -A ratio
+for model in 5m 40m; do
+  if [ $model = 5m ]; then
+    preset=bench5m; targs=(--d 256 --layers 4 --heads 8 --kv 4 --ffn 688 --vocab 4096)
+  else
+    preset=bench40m; targs=(--d 512 --layers 8 --heads 8 --kv 4 --ffn 1536 --vocab 16384)
+  fi
+  n=$(params $preset)
+  a=$(ours $preset)
+  b=$(theirs "${targs[@]}")
+  r=$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}')
+  ratio[$model]=$r
+  gf=$(awk -v t="$a" -v n="$n" 'BEGIN {printf "%.1f", 6 * n * t / 1e9}')
+  pct=$(awk -v g="$gf" -v s="$sgemm" 'BEGIN {printf "%.0f", 100 * g / s}')
+  echo "model $model ($n params): traind ${a} tok/s, torch ${b} tok/s, ratio ${r}x; traind ${gf} GFLOP/s = ${pct}% of sgemm"
+done
+echo "engine: ${ratio[5m]}x vs torch"
