@@ -25,6 +25,15 @@ typedef struct eng_store {
   int (*ckpt_size)(void *ctx, int64_t step, const char *name, size_t *n, eng_err *e);
   // Reads exactly n bytes of a shard; a size mismatch or a failed checksum is an error.
   int (*ckpt_get)(void *ctx, int64_t step, const char *name, void *data, size_t n, eng_err *e);
+
+  // Activation spill (the NVMe tier of a plan): bytes that live for one step.
+  // Not durable (no sync); a key is (step, boundary, micro-batch). act_get
+  // reads exactly n bytes; act_drop releases the step's space for reuse.
+  // NULL in a store that has no spill tier.
+  int (*act_put)(void *ctx, int64_t step, int boundary, int micro, const void *data, size_t n, eng_err *e);
+  int (*act_get)(void *ctx, int64_t step, int boundary, int micro, void *data, size_t n, eng_err *e);
+  int (*act_drop)(void *ctx, int64_t step, eng_err *e);
+
   void (*close)(void *ctx);
 } eng_store;
 

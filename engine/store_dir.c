@@ -230,6 +230,6 @@ int eng_store_dir_open(eng_store *st, const char *root, eng_err *e) {
   }
   snprintf(s->root, sizeof s->root, "%s", root);
   s->building = -1;
-  *st = (eng_store){s, ds_begin, ds_put, ds_commit, ds_latest, ds_size, ds_get, ds_close};
+  *st = (eng_store){s, ds_begin, ds_put, ds_commit, ds_latest, ds_size, ds_get, NULL, NULL, NULL, ds_close};
   return 0;
 }
