@@ -68,7 +68,9 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
   if (!(s->clip >= 0)) BAD("clip must be non-negative (0 turns clipping off)");
   if (s->warmup_steps < 0 || s->total_steps < 0) BAD("warmup_steps and total_steps must be non-negative");
   if (s->ckpt_every < 0) BAD("ckpt_every must be non-negative");
-  if (s->ckpt_place != ENG_PLACE_DEVICE && s->ckpt_place != ENG_PLACE_HOST) BAD("unknown ckpt_place %d", s->ckpt_place);
+  if (s->ckpt_place < ENG_PLACE_DEVICE || s->ckpt_place > ENG_PLACE_STORE) BAD("unknown ckpt_place %d", s->ckpt_place);
+  if (s->ckpt_place == ENG_PLACE_STORE && (!s->spill || !s->spill->act_put || !s->spill->act_get || !s->spill->act_drop))
+    BAD("ckpt_place store needs a spill store with activation entries");
   if (s->keep_acts && (s->ckpt_every != 1 || s->ckpt_place != ENG_PLACE_DEVICE))
     BAD("keep_acts needs ckpt_every 1 with checkpoints on the device");
   if (s->optimizer != ENG_OPT_ADAMW) BAD("unknown optimizer %d", s->optimizer);
@@ -92,7 +94,7 @@ static int spec_config(const eng_spec *spec, eng_config *cfg, eng_err *e) {
 }
 
 static eng_exec_policy spec_policy(const eng_spec *s) {
-  return (eng_exec_policy){s->batch, s->seq_len, s->micro_batches, s->ckpt_every, s->ckpt_place, s->keep_acts};
+  return (eng_exec_policy){s->batch, s->seq_len, s->micro_batches, s->ckpt_every, s->ckpt_place, s->spill, s->keep_acts};
 }
 
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {

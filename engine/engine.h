@@ -18,7 +18,8 @@
 typedef enum { ENG_OPT_ADAMW = 0 } eng_optimizer;
 
 // Where the boundary checkpoints of the forward live.
-typedef enum { ENG_PLACE_DEVICE = 0, ENG_PLACE_HOST = 1 } eng_place;
+// (STORE: the spill store's act entries, i.e. NVMe through storage/.)
+typedef enum { ENG_PLACE_DEVICE = 0, ENG_PLACE_HOST = 1, ENG_PLACE_STORE = 2 } eng_place;
 
 typedef struct eng_metrics {
   int64_t step;          // steps completed (the one just taken is step - 1, 0-based)
@@ -65,6 +66,7 @@ typedef struct eng_spec {
   size_t device_cap;      // bytes of device arena allowed
   int ckpt_every;         // boundary checkpoint every k layers (0: only the first)
   eng_place ckpt_place;
+  const eng_store *spill;   // where ENG_PLACE_STORE puts checkpoints (must have act_*)
   int keep_acts;          // keep every layer's inner activations on the device
                           // (no recompute in the backward; needs ckpt_every 1 on the device)
 

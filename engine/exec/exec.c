@@ -57,6 +57,7 @@ struct eng_exec {
   float *h_xn, *h_rstd, *h_dxn, *h_scratch; // loss phase, one micro-batch
   int32_t *targets;     // [B*T] shifted labels (host)
   float **ckpt_host;    // [L] host copies when ckpt_place is host
+  int64_t runs;         // backward passes started: the spill store's step key
 
   // streams
   eng_worker copy_in, copy_out, optim;
@@ -123,7 +124,7 @@ static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy
   for (int i = 0; i < 2; i++) x->gslot[i] = take(cv, slot);
   x->xa = take(cv, bnd);
   x->xb = take(cv, bnd);
-  x->xc = p->ckpt_place == ENG_PLACE_HOST ? take(cv, bnd) : NULL;
+  x->xc = p->ckpt_place != ENG_PLACE_DEVICE ? take(cv, bnd) : NULL;
   for (int l = 0; l < L; l++)
     x->ckpt[l] = is_ckpt(p, l) && p->ckpt_place == ENG_PLACE_DEVICE ? take(cv, bnd) : NULL;
   x->n_rc = block_len_max(p, L) - 1;
@@ -418,16 +419,27 @@ static void build_schedule(eng_exec *x, int backward) {
 }
 
 // Puts boundary l (input of layer l, whole batch) where the policy keeps it.
-static void ckpt_store(eng_exec *x, int l, const float *src) {
+static int ckpt_store(eng_exec *x, int l, const float *src, eng_err *e) {
   size_t bytes = x->bnd_floats * sizeof(float);
-  if (x->p.ckpt_place == ENG_PLACE_DEVICE) memcpy(x->ckpt[l], src, bytes);
-  else x->dev->ops->copy_out(x->dev, x->ckpt_host[l], src, bytes);
+  switch (x->p.ckpt_place) {
+  case ENG_PLACE_DEVICE: memcpy(x->ckpt[l], src, bytes); return 0;
+  case ENG_PLACE_HOST: x->dev->ops->copy_out(x->dev, x->ckpt_host[l], src, bytes); return 0;
+  case ENG_PLACE_STORE: break;
+  }
+  atomic_fetch_add(&x->dev->bytes_out, bytes);
+  return x->p.spill->act_put(x->p.spill->ctx, x->runs, l, 0, src, bytes, e);
 }
 
-static const float *ckpt_fetch(eng_exec *x, int l) {
-  if (x->p.ckpt_place == ENG_PLACE_DEVICE) return x->ckpt[l];
-  x->dev->ops->copy_in(x->dev, x->xc, x->ckpt_host[l], x->bnd_floats * sizeof(float));
-  return x->xc;
+static int ckpt_fetch(eng_exec *x, int l, const float **out, eng_err *e) {
+  size_t bytes = x->bnd_floats * sizeof(float);
+  *out = x->xc;
+  switch (x->p.ckpt_place) {
+  case ENG_PLACE_DEVICE: *out = x->ckpt[l]; return 0;
+  case ENG_PLACE_HOST: x->dev->ops->copy_in(x->dev, x->xc, x->ckpt_host[l], bytes); return 0;
+  case ENG_PLACE_STORE: break;
+  }
+  atomic_fetch_add(&x->dev->bytes_in, bytes);
+  return x->p.spill->act_get(x->p.spill->ctx, x->runs, l, 0, x->xc, bytes, e);
 }
 
 // Waits for the step's pending copies before an early return.
@@ -436,6 +448,10 @@ static int abort_step(eng_exec *x, int rc, eng_err *e) {
   eng_worker_drain(&x->copy_out);
   x->n_sched = 0;
   if (rc == ENG_ECANCEL) eng_err_set(e, ENG_ECANCEL, "the run was cancelled");
+  if (x->p.ckpt_place == ENG_PLACE_STORE) {
+    eng_err ignored;
+    x->p.spill->act_drop(x->p.spill->ctx, x->runs, &ignored); // the step's spill is garbage now
+  }
   return rc;
 }
 
@@ -458,6 +474,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
     }
 
   build_schedule(x, backward);
+  if (backward) x->runs++;
   sched_begin(x);
   double t0 = now();
 
@@ -470,7 +487,10 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   float *cur = x->xa, *nxt = x->xb;
   for (int l = 0; l < L; l++) {
     if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
-    if (is_ckpt(&x->p, l) && backward) ckpt_store(x, l, cur);
+    if (is_ckpt(&x->p, l) && backward) {
+      int rc = ckpt_store(x, l, cur, e);
+      if (rc) return abort_step(x, rc, e);
+    }
     const float *w = sched_acquire(x, l + 1, &res->t_wait);
     for (int i = 0; i < nmb; i++)
       eng_layer_fwd(c, lo, w, mbrow(x, cur, i), mbrow(x, nxt, i), mb, T, acts_of(x, l, i));
@@ -513,7 +533,9 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   while (e_ > 0) {
     int cb = e_ - 1;
     while (!is_ckpt(&x->p, cb)) cb--;
-    const float *xin0 = ckpt_fetch(x, cb);
+    const float *xin0;
+    int rc = ckpt_fetch(x, cb, &xin0, e);
+    if (rc) return abort_step(x, rc, e);
     // Recompute the block's inner boundaries x_{cb+1} .. x_{e-1}.
     for (int l = cb; l <= e_ - 2; l++) {
       if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
@@ -550,6 +572,10 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   atomic_fetch_add(&x->dev->bytes_out, x->bnd_floats * sizeof(float));
   if (lo->lm_head.numel) memset(m->shards[0].g, 0, m->shards[0].numel * sizeof(float));
   eng_k_embed_bwd(m->shards[0].g, dy, ids, B * T, d);
+  if (x->p.ckpt_place == ENG_PLACE_STORE) {
+    int rc = x->p.spill->act_drop(x->p.spill->ctx, x->runs, e);
+    if (rc) return rc;
+  }
   x->sumsq[0] = eng_k_sumsq(m->shards[0].g, m->shards[0].numel);
   res->t_bwd = now() - t2;
 

@@ -18,6 +18,7 @@ typedef struct eng_exec_policy {
   int batch, seq_len, micro_batches;
   int ckpt_every;   // boundary checkpoint every k layers; 0 = only boundary 0
   eng_place ckpt_place;
+  const eng_store *spill; // for ENG_PLACE_STORE
   int keep_acts;    // keep every layer's inner activations from the forward on the
                     // device, so the backward recomputes nothing (needs ckpt_every 1
                     // on the device: each layer's input is its boundary)
