@@ -136,7 +136,7 @@ static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy
   x->h_xn = take(cv, mbn * c->d_model);
   x->h_rstd = take(cv, mbn);
   x->h_dxn = take(cv, mbn * c->d_model);
-  x->h_scratch = take(cv, eng_k_head_loss_scratch_floats(c->vocab, c->d_model));
+  x->h_scratch = take(cv, eng_k_head_loss_scratch_floats(c->vocab));
 }
 
 size_t eng_exec_arena_bytes(const eng_config *c, const eng_exec_policy *p) {

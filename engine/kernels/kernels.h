@@ -22,7 +22,8 @@
 // y[n,out] = x[n,in] · w[out,in]ᵀ (+ b[out] when b != NULL)
 void eng_k_linear_fwd(float *y, const float *x, const float *w, const float *b, int n, int in, int out);
 // dx[n,in] (= or +=, by accumulate_dx) dy · w ; dw[out,in] += dyᵀ · x ; db[out] += Σ_rows dy.
-// dx, dw and db may each be NULL to skip that gradient.
+// dx, dw and db may each be NULL to skip that gradient. On the cpu, a row's y
+// and dx do not depend on how the rows are split into calls.
 void eng_k_linear_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                       int n, int in, int out, int accumulate_dx);
 
@@ -40,7 +41,7 @@ void eng_k_rope_fwd(float *x, int B, int T, int heads, int hd, float theta);
 void eng_k_rope_bwd(float *dx, int B, int T, int heads, int hd, float theta);
 
 // Largest head dim of the attention and rope kernels (their tile buffers live
-// on the stack); model configs with a larger head_dim are refused.
+// on the stack); a model config with a larger head_dim must be refused.
 #define ENG_K_MAX_HD 256
 
 // Causal grouped-query attention, tiled with an online softmax so memory is
@@ -69,12 +70,12 @@ void eng_k_embed_bwd(float *dtable, const float *dx, const int32_t *ids, int n, 
 // Returns Σ CE over counted rows (double; the caller divides by the count of
 // the whole batch and passes grad_scale = 1/count). dh/dw NULL: forward only.
 // logits_out, when not NULL, receives the [n, V] logits (tests, debugging).
-// A row's logits, loss and dh do not depend on how the rows are split into
-// calls (micro-batches) or on the thread count.
-// scratch: eng_k_head_loss_scratch_floats(V, d) floats.
+// On the cpu, a row's logits, loss and dh do not depend on how the rows are
+// split into calls (micro-batches) or on the thread count.
+// scratch: eng_k_head_loss_scratch_floats(V) floats.
 double eng_k_head_loss(float *dh, float *dw, float *logits_out, const float *h, const float *w,
                        const int32_t *targets, int n, int d, int V, float grad_scale, float *scratch);
-size_t eng_k_head_loss_scratch_floats(int V, int d);
+size_t eng_k_head_loss_scratch_floats(int V);
 
 // Σ x² in double, blocks of fixed size summed in block order.
 double eng_k_sumsq(const float *x, size_t n);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "model/atomic_file.h"
 
 static const struct {
@@ -335,6 +336,11 @@ int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
                        "%s: field \"num_attention_heads\" %d is not a multiple of "
                        "\"num_key_value_heads\" %d",
                        what, c->n_heads, c->n_kv_heads);
+  // The attention and RoPE kernels keep a head's tile on the stack and
+  // rotate pairs (i, i + hd/2).
+  if (c->head_dim > ENG_K_MAX_HD || c->head_dim % 2)
+    return eng_err_set(e, ENG_ENOTSUP, "%s: field \"head_dim\" %d is not supported (even values up to %d are)",
+                       what, c->head_dim, ENG_K_MAX_HD);
   // The layout computes heads * head_dim in int.
   if (c->n_heads > INT_MAX / c->head_dim)
     return eng_err_set(e, ENG_EINVAL,

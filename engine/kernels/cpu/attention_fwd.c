@@ -9,6 +9,12 @@
 #include <math.h>
 #include <omp.h>
 
+// gcc's tuning for recent x86 prefers 256-bit vectors; the tile products run
+// twice as many FMAs per cycle at 512 where the -march has them (a no-op
+// where it does not).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC target("prefer-vector-width=512")
+#endif
 #include "kernels/cpu/kmath.h"
 #include "kernels/cpu/tile.h"
 
@@ -51,9 +57,11 @@ static void query_tile(float *out, float *lse, const float *q, const float *k, c
     // oT[c][i] += Σ_j v_j[c] · p[i][j]
     eng_k_tile_gemm(oT, W, v + (size_t)j0 * ks, 1, ks, sT, W, hd, n, W, 1);
   }
+  for (int c = 0; c < hd; c++)
+    for (int i = 0; i < W; i++) oT[(size_t)c * W + i] /= l[i];
   for (int i = 0; i < m; i++) {
     float *o = out + (size_t)(i0 + i) * qs;
-    for (int c = 0; c < hd; c++) o[c] = oT[(size_t)c * W + i] / l[i];
+    for (int c = 0; c < hd; c++) o[c] = oT[(size_t)c * W + i];
     lse[i0 + i] = mx[i] + logf(l[i]);
   }
 }

@@ -63,26 +63,30 @@ static inline double eng_k_sumsq_row(const float *x, size_t n) {
   return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
-// Σ a[i]·b[i] in float with 8 interleaved fmaf chains combined in a fixed tree.
+// Σ a[i]·b[i] in float with 16 interleaved fmaf chains combined in a fixed
+// tree (16 lanes: gcc vectorises this shape, not the 8-lane one).
 static inline float eng_k_dot_row(const float *a, const float *b, size_t n) {
-  float acc[8] = {0};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++) acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
-  for (int l = 0; i < n; i++, l++) acc[l] = fmaf(a[i], b[i], acc[l]);
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-
-// max of x[0..n), n >= 1 (no NaN handling: max is order-free without NaN).
-static inline float eng_k_max_row(const float *x, size_t n) {
-  float acc[16];
-  for (int l = 0; l < 16; l++) acc[l] = -INFINITY;
+  float acc[16] = {0};
   size_t i = 0;
   for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+    for (int l = 0; l < 16; l++) acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
+  for (int l = 0; i < n; i++, l++) acc[l] = fmaf(a[i], b[i], acc[l]);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+// max of x[0..n), n >= 1. Max is exact in any order, so the lane count is
+// free: 64 lanes is a loop gcc vectorises (16 it unrolls and leaves scalar).
+static inline float eng_k_max_row(const float *x, size_t n) {
+  float acc[64];
+  for (int l = 0; l < 64; l++) acc[l] = -INFINITY;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    for (int l = 0; l < 64; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
   for (int l = 0; i < n; i++, l++) acc[l] = x[i] > acc[l] ? x[i] : acc[l];
   float m = acc[0];
-  for (int l = 1; l < 16; l++) m = acc[l] > m ? acc[l] : m;
+  for (int l = 1; l < 64; l++) m = acc[l] > m ? acc[l] : m;
   return m;
 }
 

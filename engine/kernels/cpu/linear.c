@@ -1,16 +1,16 @@
 // Linear layer y = x·Wᵀ + b with Hugging Face's [out, in] weights, on
-// OpenBLAS sgemm. OpenBLAS never splits the k dimension across threads, so
-// every output element is the same sum whatever the thread count.
+// eng_k_sgemm: a row's y and dx do not depend on the thread count or on how
+// the rows are split into calls (micro-batches).
 #include "kernels/kernels.h"
 
-#include <cblas.h>
 #include <omp.h>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kmath.h"
 
 void eng_k_linear_fwd(float *y, const float *x, const float *w, const float *b, int n, int in, int out) {
   if (n <= 0 || out <= 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  eng_k_sgemm(0, 1, n, out, in, x, in, w, in, 0.0f, y, out);
   if (!b) return;
   // The bias is added to the finished product: one rounding per element.
 #pragma omp parallel for schedule(static) if ((size_t)n * (size_t)out >= ENG_K_PAR_MIN)
@@ -40,10 +40,7 @@ static void bias_grad(float *db, const float *dy, int n, int out) {
 void eng_k_linear_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                       int n, int in, int out, int accumulate_dx) {
   if (n <= 0 || in <= 0 || out <= 0) return;
-  if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
-                accumulate_dx ? 1.0f : 0.0f, dx, in);
-  if (dw)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  if (dx) eng_k_sgemm(0, 0, n, in, out, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
+  if (dw) eng_k_sgemm(1, 0, out, in, n, dy, out, x, in, 1.0f, dw, in);
   if (db) bias_grad(db, dy, n, out);
 }

@@ -1,0 +1,611 @@
+// The cpu kernels against naive double-precision references (forward and
+// analytic backward); bit-for-bit: the thread count changes nothing, nor does
+// splitting rows into calls (linear, head loss), and eng_k_sgemm computes
+// exactly the chains it defines, through OpenBLAS or its own code. Sizes are
+// small and odd on purpose: head dims that are not a multiple of the SIMD
+// width or of the 8-row register blocks, T not a multiple of the tile, KV < H.
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kmath.h"
+
+// Tolerances, as max|got − ref| / max|ref| over a tensor. fp32 kernels against
+// double references: a forward is a few roundings per element; a backward
+// chains several products and a softmax.
+#define TOL_FWD 2e-6
+#define TOL_BWD 1e-5
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) { // uniform in [-1, 1)
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static int32_t irand(int n) { // uniform in [0, n)
+  return (int32_t)((double)(frand() + 1.0f) * 0.5 * n) % n;
+}
+
+static float *falloc(size_t n) {
+  float *p = malloc(sizeof(float) * (n ? n : 1));
+  CHECK(p, "out of memory (%zu floats)", n);
+  return p;
+}
+
+static double *dalloc(size_t n) {
+  double *p = calloc(n ? n : 1, sizeof(double));
+  CHECK(p, "out of memory (%zu doubles)", n);
+  return p;
+}
+
+static float *frandn(size_t n, float scale) {
+  float *p = falloc(n);
+  for (size_t i = 0; i < n; i++) p[i] = scale * frand();
+  return p;
+}
+
+static float *fcopy(const float *x, size_t n) {
+  float *p = falloc(n);
+  memcpy(p, x, sizeof(float) * n);
+  return p;
+}
+
+static void expect_close(const char *what, const float *got, const double *ref, size_t n, double tol) {
+  double emax = 0.0, rmax = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(isfinite(got[i]), "%s: element %zu is %g", what, i, got[i]);
+    double e = fabs((double)got[i] - ref[i]);
+    emax = e > emax ? e : emax;
+    rmax = fabs(ref[i]) > rmax ? fabs(ref[i]) : rmax;
+  }
+  double rel = rmax > 0 ? emax / rmax : emax;
+  printf("  %-28s rel err %.2e (tol %.0e)\n", what, rel, tol);
+  CHECK(rel <= tol, "%s: relative error %.3g exceeds %.3g", what, rel, tol);
+}
+
+static void expect_same(const char *what, const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    CHECK(memcmp(&a[i], &b[i], sizeof(float)) == 0, "%s: element %zu differs: %.9g vs %.9g", what, i, a[i], b[i]);
+}
+
+// ---- exp -------------------------------------------------------------------
+
+// The kernels' vectorisable exp (softmax, silu) against libm in double.
+static void test_expf(void) {
+  printf("expf\n");
+  double worst = 0.0;
+  for (float x = -87.0f; x <= 88.0f; x += 1.0009765625e-4f) {
+    double want = exp((double)x), got = eng_k_expf(x);
+    double ulp = ldexp(1.0, ilogb(want) - 23);
+    double e = fabs(got - want) / ulp;
+    worst = e > worst ? e : worst;
+  }
+  printf("  %-28s max err %.2f ulp (tol 2)\n", "expf on [-87, 88]", worst);
+  CHECK(worst <= 2.0, "eng_k_expf is off by %.2f ulp", worst);
+  CHECK(eng_k_expf(0.0f) == 1.0f, "exp(0) = %.9g", eng_k_expf(0.0f));
+  CHECK(eng_k_expf(-INFINITY) == 0.0f && eng_k_expf(-100.0f) == 0.0f, "exp of very negative x is not 0");
+  CHECK(isinf(eng_k_expf(100.0f)) && isnan(eng_k_expf(NAN)), "exp(100) or exp(NaN) wrong");
+}
+
+static void test_swiglu(void) {
+  printf("swiglu\n");
+  size_t n = 1000;
+  float *g = frandn(n, 12.0f), *u = frandn(n, 1.0f), *dh = frandn(n, 1.0f);
+  g[0] = 95.0f, g[1] = -95.0f, g[2] = 0.0f, g[3] = -87.5f, g[4] = 88.5f;
+  float *h = falloc(n), *dg = falloc(n), *du = falloc(n);
+  double *rh = dalloc(n), *rdg = dalloc(n), *rdu = dalloc(n);
+  eng_k_swiglu_fwd(h, g, u, n);
+  eng_k_swiglu_bwd(dg, du, dh, g, u, n);
+  for (size_t i = 0; i < n; i++) {
+    double s = 1.0 / (1.0 + exp(-(double)g[i]));
+    rh[i] = g[i] * s * u[i];
+    rdu[i] = dh[i] * g[i] * s;
+    rdg[i] = (double)dh[i] * u[i] * s * (1.0 + g[i] * (1.0 - s));
+  }
+  expect_close("swiglu fwd", h, rh, n, TOL_FWD);
+  expect_close("swiglu bwd dgate", dg, rdg, n, TOL_FWD);
+  expect_close("swiglu bwd dup", du, rdu, n, TOL_FWD);
+  // Elementwise relative error, which the max-normalised check above hides.
+  for (size_t i = 5; i < n; i++) {
+    double e = fabs(h[i] - rh[i]) / (fabs(rh[i]) + 1e-30);
+    CHECK(e < 1e-6 || fabs(rh[i]) < 1e-30, "silu(%g)·%g = %g, want %g", g[i], u[i], h[i], rh[i]);
+  }
+  free(g), free(u), free(dh), free(h), free(dg), free(du), free(rh), free(rdg), free(rdu);
+}
+
+// ---- linear ----------------------------------------------------------------
+
+static void test_linear(int n, int in, int out, int bias) {
+  printf("linear n=%d in=%d out=%d bias=%d\n", n, in, out, bias);
+  float *x = frandn((size_t)n * in, 1.0f), *w = frandn((size_t)out * in, 0.5f), *b = frandn((size_t)out, 1.0f);
+  float *dy = frandn((size_t)n * out, 1.0f), *y = falloc((size_t)n * out);
+  float *dx0 = frandn((size_t)n * in, 1.0f), *dw0 = frandn((size_t)out * in, 1.0f), *db0 = frandn((size_t)out, 1.0f);
+  float *dx = fcopy(dx0, (size_t)n * in), *dxa = fcopy(dx0, (size_t)n * in);
+  float *dw = fcopy(dw0, (size_t)out * in), *db = fcopy(db0, (size_t)out);
+  double *ry = dalloc((size_t)n * out), *rdx = dalloc((size_t)n * in), *rdxa = dalloc((size_t)n * in);
+  double *rdw = dalloc((size_t)out * in), *rdb = dalloc((size_t)out);
+  eng_k_linear_fwd(y, x, w, bias ? b : NULL, n, in, out);
+  eng_k_linear_bwd(dx, dw, bias ? db : NULL, dy, x, w, n, in, out, 0);
+  eng_k_linear_bwd(dxa, NULL, NULL, dy, x, w, n, in, out, 1);
+  for (int i = 0; i < n; i++)
+    for (int o = 0; o < out; o++) {
+      double s = bias ? b[o] : 0.0;
+      for (int k = 0; k < in; k++) s += (double)x[(size_t)i * in + k] * w[(size_t)o * in + k];
+      ry[(size_t)i * out + o] = s;
+    }
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < in; k++) {
+      double s = 0.0;
+      for (int o = 0; o < out; o++) s += (double)dy[(size_t)i * out + o] * w[(size_t)o * in + k];
+      rdx[(size_t)i * in + k] = s;
+      rdxa[(size_t)i * in + k] = s + dx0[(size_t)i * in + k];
+    }
+  for (int o = 0; o < out; o++) {
+    double sb = db0[o];
+    for (int i = 0; i < n; i++) sb += dy[(size_t)i * out + o];
+    rdb[o] = sb;
+    for (int k = 0; k < in; k++) {
+      double s = dw0[(size_t)o * in + k];
+      for (int i = 0; i < n; i++) s += (double)dy[(size_t)i * out + o] * x[(size_t)i * in + k];
+      rdw[(size_t)o * in + k] = s;
+    }
+  }
+  expect_close("linear fwd", y, ry, (size_t)n * out, TOL_FWD);
+  expect_close("linear bwd dx", dx, rdx, (size_t)n * in, TOL_FWD);
+  expect_close("linear bwd dx (accumulate)", dxa, rdxa, (size_t)n * in, TOL_FWD);
+  expect_close("linear bwd dw (+=)", dw, rdw, (size_t)out * in, TOL_FWD);
+  if (bias) expect_close("linear bwd db (+=)", db, rdb, (size_t)out, TOL_FWD);
+  else expect_same("linear bwd db untouched", db, db0, (size_t)out);
+  free(x), free(w), free(b), free(dy), free(y), free(dx0), free(dw0), free(db0), free(dx), free(dxa), free(dw),
+      free(db), free(ry), free(rdx), free(rdxa), free(rdw), free(rdb);
+}
+
+// ---- rmsnorm ---------------------------------------------------------------
+
+static void test_rmsnorm(int n, int d) {
+  printf("rmsnorm n=%d d=%d\n", n, d);
+  const float eps = 1e-6f;
+  float *x = frandn((size_t)n * d, 2.0f), *w = frandn((size_t)d, 1.0f), *dy = frandn((size_t)n * d, 1.0f);
+  float *y = falloc((size_t)n * d), *rstd = falloc((size_t)n), *dw0 = frandn((size_t)d, 1.0f);
+  float *dx0 = frandn((size_t)n * d, 1.0f), *dx = fcopy(dx0, (size_t)n * d), *dxa = fcopy(dx0, (size_t)n * d);
+  float *dw = fcopy(dw0, (size_t)d);
+  double *ry = dalloc((size_t)n * d), *rr = dalloc((size_t)n), *rdx = dalloc((size_t)n * d);
+  double *rdxa = dalloc((size_t)n * d), *rdw = dalloc((size_t)d);
+  eng_k_rmsnorm_fwd(y, rstd, x, w, n, d, eps);
+  eng_k_rmsnorm_bwd(dx, dw, dy, x, w, rstd, n, d, 0);
+  eng_k_rmsnorm_bwd(dxa, NULL, dy, x, w, rstd, n, d, 1);
+  for (int j = 0; j < d; j++) rdw[j] = dw0[j];
+  for (int i = 0; i < n; i++) {
+    const float *xi = x + (size_t)i * d, *dyi = dy + (size_t)i * d;
+    double ss = 0.0, c = 0.0;
+    for (int j = 0; j < d; j++) ss += (double)xi[j] * xi[j];
+    double r = 1.0 / sqrt(ss / d + eps);
+    rr[i] = r;
+    for (int j = 0; j < d; j++) {
+      ry[(size_t)i * d + j] = xi[j] * r * w[j];
+      c += (double)dyi[j] * w[j] * xi[j] * r;
+      rdw[j] += (double)dyi[j] * xi[j] * r;
+    }
+    c /= d;
+    for (int j = 0; j < d; j++) {
+      double g = r * ((double)dyi[j] * w[j] - xi[j] * r * c);
+      rdx[(size_t)i * d + j] = g;
+      rdxa[(size_t)i * d + j] = g + dx0[(size_t)i * d + j];
+    }
+  }
+  expect_close("rmsnorm fwd", y, ry, (size_t)n * d, TOL_FWD);
+  expect_close("rmsnorm rstd", rstd, rr, (size_t)n, TOL_FWD);
+  expect_close("rmsnorm bwd dx", dx, rdx, (size_t)n * d, TOL_BWD);
+  expect_close("rmsnorm bwd dx (accumulate)", dxa, rdxa, (size_t)n * d, TOL_BWD);
+  expect_close("rmsnorm bwd dw (+=)", dw, rdw, (size_t)d, TOL_BWD);
+  free(x), free(w), free(dy), free(y), free(rstd), free(dw0), free(dx0), free(dx), free(dxa), free(dw), free(ry),
+      free(rr), free(rdx), free(rdxa), free(rdw);
+}
+
+// ---- rope ------------------------------------------------------------------
+
+// Reference rotation in double, with inv_freq and the angle rounded to fp32
+// as transformers computes them (that rounding is part of the model).
+static void rope_ref(double *out, const float *x, int B, int T, int heads, int hd, float theta, int inverse) {
+  int h = hd / 2;
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int k = 0; k < heads; k++) {
+        const float *xr = x + (((size_t)b * T + t) * heads + k) * hd;
+        double *o = out + (((size_t)b * T + t) * heads + k) * hd;
+        for (int i = 0; i < h; i++) {
+          float inv = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+          double a = (double)((float)t * inv), c = cos(a), s = inverse ? -sin(a) : sin(a);
+          o[i] = xr[i] * c - xr[i + h] * s;
+          o[i + h] = xr[i + h] * c + xr[i] * s;
+        }
+      }
+}
+
+static void test_rope(int B, int T, int heads, int hd, float theta) {
+  printf("rope B=%d T=%d heads=%d hd=%d theta=%g\n", B, T, heads, hd, theta);
+  size_t n = (size_t)B * T * heads * hd;
+  float *x = frandn(n, 1.0f), *y = fcopy(x, n), *dy = frandn(n, 1.0f), *dx = fcopy(dy, n);
+  double *ry = dalloc(n), *rdx = dalloc(n);
+  eng_k_rope_fwd(y, B, T, heads, hd, theta);
+  eng_k_rope_bwd(dx, B, T, heads, hd, theta);
+  rope_ref(ry, x, B, T, heads, hd, theta, 0);
+  rope_ref(rdx, dy, B, T, heads, hd, theta, 1);
+  expect_close("rope fwd", y, ry, n, TOL_FWD);
+  expect_close("rope bwd", dx, rdx, n, TOL_FWD);
+  // The backward is the transpose of the forward: <R x, dy> = <x, Rᵀ dy>.
+  double l = 0.0, r = 0.0;
+  for (size_t i = 0; i < n; i++) l += (double)y[i] * dy[i], r += (double)x[i] * dx[i];
+  CHECK(fabs(l - r) <= 1e-5 * (fabs(l) + 1.0), "rope: <Rx,dy> = %.9g but <x,Rᵀdy> = %.9g", l, r);
+  free(x), free(y), free(dy), free(dx), free(ry), free(rdx);
+}
+
+// ---- attention -------------------------------------------------------------
+
+typedef struct att_case {
+  int B, T, H, KV, hd;
+} att_case;
+
+// Naive causal GQA attention and its analytic backward, in double.
+static void attention_ref(double *out, double *lse, double *dq, double *dk, double *dv, const float *dout,
+                          const float *q, const float *k, const float *v, att_case c) {
+  int G = c.H / c.KV, hd = c.hd, T = c.T;
+  size_t qs = (size_t)c.H * hd, ks = (size_t)c.KV * hd;
+  double scale = 1.0 / sqrt((double)hd);
+  double *p = dalloc((size_t)T), *dp = dalloc((size_t)T);
+  memset(dk, 0, sizeof(double) * (size_t)c.B * T * ks);
+  memset(dv, 0, sizeof(double) * (size_t)c.B * T * ks);
+  for (int b = 0; b < c.B; b++)
+    for (int h = 0; h < c.H; h++)
+      for (int i = 0; i < T; i++) {
+        const float *qi = q + ((size_t)b * T + i) * qs + (size_t)h * hd;
+        const float *doi = dout + ((size_t)b * T + i) * qs + (size_t)h * hd;
+        const float *kb = k + (size_t)b * T * ks + (size_t)(h / G) * hd, *vb = v + (size_t)b * T * ks + (size_t)(h / G) * hd;
+        double mx = -INFINITY, l = 0.0, D = 0.0;
+        for (int j = 0; j <= i; j++) {
+          double s = 0.0;
+          for (int e = 0; e < hd; e++) s += (double)qi[e] * kb[(size_t)j * ks + e];
+          p[j] = s * scale;
+          mx = p[j] > mx ? p[j] : mx;
+        }
+        for (int j = 0; j <= i; j++) l += exp(p[j] - mx);
+        for (int j = 0; j <= i; j++) p[j] = exp(p[j] - mx) / l;
+        lse[((size_t)b * c.H + h) * T + i] = mx + log(l);
+        double *o = out + ((size_t)b * T + i) * qs + (size_t)h * hd;
+        double *dqi = dq + ((size_t)b * T + i) * qs + (size_t)h * hd;
+        for (int e = 0; e < hd; e++) o[e] = 0.0, dqi[e] = 0.0;
+        for (int j = 0; j <= i; j++) {
+          dp[j] = 0.0;
+          for (int e = 0; e < hd; e++) {
+            o[e] += p[j] * vb[(size_t)j * ks + e];
+            dp[j] += (double)doi[e] * vb[(size_t)j * ks + e];
+          }
+          D += p[j] * dp[j];
+        }
+        double *dkb = dk + (size_t)b * T * ks + (size_t)(h / G) * hd, *dvb = dv + (size_t)b * T * ks + (size_t)(h / G) * hd;
+        for (int j = 0; j <= i; j++) {
+          double ds = p[j] * (dp[j] - D) * scale;
+          for (int e = 0; e < hd; e++) {
+            dqi[e] += ds * kb[(size_t)j * ks + e];
+            dkb[(size_t)j * ks + e] += ds * qi[e];
+            dvb[(size_t)j * ks + e] += p[j] * doi[e];
+          }
+        }
+      }
+  free(p), free(dp);
+}
+
+static void test_attention(att_case c) {
+  printf("attention B=%d T=%d H=%d KV=%d hd=%d\n", c.B, c.T, c.H, c.KV, c.hd);
+  size_t nq = (size_t)c.B * c.T * c.H * c.hd, nk = (size_t)c.B * c.T * c.KV * c.hd, nl = (size_t)c.B * c.H * c.T;
+  // Scores of a few units, so the softmax is neither flat nor one-hot.
+  float *q = frandn(nq, 1.5f), *k = frandn(nk, 1.5f), *v = frandn(nk, 1.0f), *dout = frandn(nq, 1.0f);
+  float *out = falloc(nq), *lse = falloc(nl), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
+  double *rout = dalloc(nq), *rlse = dalloc(nl), *rdq = dalloc(nq), *rdk = dalloc(nk), *rdv = dalloc(nk);
+  eng_k_attention_fwd(out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
+  attention_ref(rout, rlse, rdq, rdk, rdv, dout, q, k, v, c);
+  expect_close("attention fwd out", out, rout, nq, TOL_FWD);
+  expect_close("attention fwd lse", lse, rlse, nl, TOL_FWD);
+  expect_close("attention bwd dq", dq, rdq, nq, TOL_BWD);
+  expect_close("attention bwd dk", dk, rdk, nk, TOL_BWD);
+  expect_close("attention bwd dv", dv, rdv, nk, TOL_BWD);
+  free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv), free(rout), free(rlse),
+      free(rdq), free(rdk), free(rdv);
+}
+
+// ---- embedding -------------------------------------------------------------
+
+static void test_embed(int n, int d, int vocab) {
+  printf("embed n=%d d=%d vocab=%d\n", n, d, vocab);
+  float *table = frandn((size_t)vocab * d, 1.0f), *x = falloc((size_t)n * d), *dx = frandn((size_t)n * d, 1.0f);
+  float *dt = frandn((size_t)vocab * d, 1.0f), *want = fcopy(dt, (size_t)vocab * d);
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
+  CHECK(ids, "out of memory");
+  for (int i = 0; i < n; i++) ids[i] = irand(vocab); // repeats on purpose
+  eng_k_embed_fwd(x, table, ids, n, d);
+  for (int i = 0; i < n; i++) expect_same("embed fwd row", x + (size_t)i * d, table + (size_t)ids[i] * d, (size_t)d);
+  eng_k_embed_bwd(dt, dx, ids, n, d);
+  // The documented order (rows added in i order) makes the result exact.
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < d; j++) want[(size_t)ids[i] * d + j] += dx[(size_t)i * d + j];
+  expect_same("embed bwd", dt, want, (size_t)vocab * d);
+  free(table), free(x), free(dx), free(dt), free(want), free(ids);
+}
+
+// ---- head loss -------------------------------------------------------------
+
+static int32_t *make_targets(int n, int V) {
+  int32_t *t = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+  CHECK(t, "out of memory");
+  for (int i = 0; i < n; i++) t[i] = i % 7 == 3 ? -100 : irand(V);
+  return t;
+}
+
+static void test_head_loss(int n, int d, int V) {
+  printf("head_loss n=%d d=%d V=%d\n", n, d, V);
+  float *h = frandn((size_t)n * d, 1.0f), *w = frandn((size_t)V * d, 0.5f);
+  int32_t *t = make_targets(n, V);
+  int count = 0;
+  for (int i = 0; i < n; i++) count += t[i] >= 0;
+  float gs = 1.0f / (float)count;
+  float *scratch = falloc(eng_k_head_loss_scratch_floats(V));
+  float *dh = falloc((size_t)n * d), *dw0 = frandn((size_t)V * d, 1.0f), *dw = fcopy(dw0, (size_t)V * d);
+  float *logits = falloc((size_t)n * V);
+  double loss = eng_k_head_loss(dh, dw, logits, h, w, t, n, d, V, gs, scratch);
+  double *rl = dalloc((size_t)n * V), *rdl = dalloc((size_t)n * V), *rdh = dalloc((size_t)n * d);
+  double *rdw = dalloc((size_t)V * d), rloss = 0.0;
+  for (int i = 0; i < n; i++) {
+    double *li = rl + (size_t)i * V, mx = -INFINITY, s = 0.0;
+    for (int j = 0; j < V; j++) {
+      double z = 0.0;
+      for (int e = 0; e < d; e++) z += (double)h[(size_t)i * d + e] * w[(size_t)j * d + e];
+      li[j] = z;
+      mx = z > mx ? z : mx;
+    }
+    if (t[i] < 0) continue;
+    for (int j = 0; j < V; j++) s += exp(li[j] - mx);
+    double lse = mx + log(s);
+    rloss += lse - li[t[i]];
+    for (int j = 0; j < V; j++) rdl[(size_t)i * V + j] = (exp(li[j] - lse) - (j == t[i])) * gs;
+  }
+  for (int i = 0; i < n; i++)
+    for (int e = 0; e < d; e++) {
+      double s = 0.0;
+      for (int j = 0; j < V; j++) s += rdl[(size_t)i * V + j] * w[(size_t)j * d + e];
+      rdh[(size_t)i * d + e] = s;
+    }
+  for (int j = 0; j < V; j++)
+    for (int e = 0; e < d; e++) {
+      double s = dw0[(size_t)j * d + e];
+      for (int i = 0; i < n; i++) s += rdl[(size_t)i * V + j] * h[(size_t)i * d + e];
+      rdw[(size_t)j * d + e] = s;
+    }
+  expect_close("head_loss logits", logits, rl, (size_t)n * V, TOL_FWD);
+  double lerr = fabs(loss - rloss) / fabs(rloss);
+  printf("  %-28s rel err %.2e (tol %.0e)\n", "head_loss loss", lerr, TOL_FWD);
+  CHECK(lerr <= TOL_FWD, "head_loss: loss %.12g, want %.12g", loss, rloss);
+  expect_close("head_loss dh", dh, rdh, (size_t)n * d, TOL_BWD);
+  expect_close("head_loss dw (+=)", dw, rdw, (size_t)V * d, TOL_BWD);
+
+  // Forward only: the same loss and logits.
+  float *logits2 = falloc((size_t)n * V);
+  double loss2 = eng_k_head_loss(NULL, NULL, logits2, h, w, t, n, d, V, gs, scratch);
+  CHECK(loss2 == loss, "head_loss forward-only loss %.17g differs from %.17g", loss2, loss);
+  expect_same("head_loss fwd-only logits", logits2, logits, (size_t)n * V);
+
+  // Split invariance: rows in two calls give each row the same bits.
+  int splits[] = {1, 5, 63, 64, 65, 255, 256, 257, n - 1};
+  for (size_t s = 0; s < sizeof splits / sizeof *splits; s++) {
+    int a = splits[s];
+    if (a <= 0 || a >= n) continue;
+    float *dh2 = falloc((size_t)n * d), *dw2 = fcopy(dw0, (size_t)V * d);
+    double l1 = eng_k_head_loss(dh2, dw2, logits2, h, w, t, a, d, V, gs, scratch);
+    double l2 = eng_k_head_loss(dh2 + (size_t)a * d, dw2, logits2 + (size_t)a * V, h + (size_t)a * d, w, t + a,
+                                n - a, d, V, gs, scratch);
+    expect_same("head_loss split logits", logits2, logits, (size_t)n * V);
+    expect_same("head_loss split dh", dh2, dh, (size_t)n * d);
+    CHECK(fabs(l1 + l2 - loss) <= 1e-12 * fabs(loss), "head_loss split at %d: loss %.17g vs %.17g", a, l1 + l2, loss);
+    free(dh2), free(dw2);
+  }
+  free(h), free(w), free(t), free(scratch), free(dh), free(dw0), free(dw), free(logits), free(logits2), free(rl),
+      free(rdl), free(rdh), free(rdw);
+}
+
+// ---- sumsq -----------------------------------------------------------------
+
+static void test_sumsq(void) {
+  printf("sumsq\n");
+  size_t sizes[] = {0, 1, 4095, 4097, (size_t)256 * 4096 + 5};
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+    size_t n = sizes[s];
+    float *x = frandn(n, 3.0f);
+    double want = 0.0;
+    for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
+    double got = eng_k_sumsq(x, n);
+    CHECK(fabs(got - want) <= 1e-12 * want, "sumsq n=%zu: %.17g, want %.17g", n, got, want);
+    free(x);
+  }
+}
+
+// ---- sgemm -----------------------------------------------------------------
+
+// eng_k_sgemm's definition, bit for bit: per block of ENG_K_GEMM_KB k, one
+// fmaf chain from 0, blocks added into C in order. Shapes take both routes:
+// OpenBLAS (which must compute exactly these chains) and the small-block
+// code, including M = 1 and k that OpenBLAS would split.
+static void test_sgemm(void) {
+  printf("sgemm chains\n");
+  int shapes[][3] = {{40, 300, 800}, {1, 8192, 300}, {700, 64, 64}, {18, 64, 64}, {16, 1000, 48}, {37, 33, 500}};
+  for (int s = 0; s < 6; s++) {
+    int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+    float *a = frandn((size_t)M * K, 1.0f), *b = frandn((size_t)N * K, 1.0f), *c0 = frandn((size_t)M * N, 4.0f);
+    float *c = falloc((size_t)M * N);
+    for (int form = 0; form < 3; form++) // NT, NN, TN
+      for (int beta = 0; beta < 2; beta++) {
+        int ta = form == 2, tb = form == 0;
+        memcpy(c, c0, sizeof(float) * (size_t)M * N);
+        eng_k_sgemm(ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, (float)beta, c, N);
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++) {
+            float want = beta ? c0[(size_t)i * N + j] : 0.0f;
+            for (int k0 = 0; k0 < K; k0 += ENG_K_GEMM_KB) {
+              float chain = 0.0f;
+              for (int k = k0; k < K && k < k0 + ENG_K_GEMM_KB; k++)
+                chain = fmaf(ta ? a[(size_t)k * M + i] : a[(size_t)i * K + k],
+                             tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j], chain);
+              want = k0 == 0 && !beta ? chain : want + chain;
+            }
+            float got = c[(size_t)i * N + j];
+            CHECK(memcmp(&got, &want, sizeof got) == 0, "sgemm form %d beta %d M=%d N=%d K=%d: C[%d][%d] = %.9g, want %.9g",
+                  form, beta, M, N, K, i, j, got, want);
+          }
+      }
+    free(a), free(b), free(c0), free(c);
+  }
+}
+
+// A row's y and dx are the same bits whether the rows come in one call or
+// several (600 rows go to OpenBLAS, 300 and fewer do not).
+static void test_linear_split(void) {
+  printf("linear row split invariance\n");
+  int n = 600, in = 64, out = 64;
+  float *x = frandn((size_t)n * in, 1.0f), *w = frandn((size_t)out * in, 0.5f), *b = frandn((size_t)out, 1.0f);
+  float *dy = frandn((size_t)n * out, 1.0f);
+  float *y = falloc((size_t)n * out), *y2 = falloc((size_t)n * out), *dx = falloc((size_t)n * in), *dx2 = falloc((size_t)n * in);
+  eng_k_linear_fwd(y, x, w, b, n, in, out);
+  eng_k_linear_bwd(dx, NULL, NULL, dy, x, w, n, in, out, 0);
+  int splits[] = {1, 16, 300, 599};
+  for (int s = 0; s < 4; s++) {
+    int r = splits[s];
+    for (int part = 0; part < 2; part++) {
+      int r0 = part ? r : 0, m = part ? n - r : r;
+      eng_k_linear_fwd(y2 + (size_t)r0 * out, x + (size_t)r0 * in, w, b, m, in, out);
+      eng_k_linear_bwd(dx2 + (size_t)r0 * in, NULL, NULL, dy + (size_t)r0 * out, x + (size_t)r0 * in, w, m, in, out, 0);
+    }
+    expect_same("linear y, rows split", y2, y, (size_t)n * out);
+    expect_same("linear dx, rows split", dx2, dx, (size_t)n * in);
+  }
+  free(x), free(w), free(b), free(dy), free(y), free(y2), free(dx), free(dx2);
+}
+
+// ---- thread-count invariance -----------------------------------------------
+
+// Every kernel on sizes large enough to go parallel, once per thread count;
+// outputs are concatenated into one buffer and compared bit for bit.
+typedef struct inv_io {
+  float *buf;
+  size_t len, cap;
+} inv_io;
+
+static float *take(inv_io *io, size_t n) {
+  CHECK(io->len + n <= io->cap, "invariance buffer too small");
+  float *p = io->buf + io->len;
+  io->len += n;
+  return p;
+}
+
+static void run_all(inv_io *io, const float *src, int nthreads) {
+  // The OpenMP build of OpenBLAS follows this too.
+  omp_set_num_threads(nthreads);
+  io->len = 0;
+  // k of 600 and 1000 exercise eng_k_sgemm's k blocks (dx, dw, dh).
+  const int n = 600, d = 128, ff = 600, V = 1000;
+  const att_case c = {2, 130, 4, 2, 40};
+  size_t off = 0;
+#define IN(cnt) (src + (off += (cnt)) - (cnt))
+  const float *x = IN((size_t)n * d), *w = IN((size_t)ff * d), *b = IN((size_t)ff), *dy = IN((size_t)n * ff);
+  float *y = take(io, (size_t)n * ff), *dx = take(io, (size_t)n * d), *dw = take(io, (size_t)ff * d);
+  float *db = take(io, (size_t)ff);
+  memset(dw, 0, sizeof(float) * (size_t)ff * d), memset(db, 0, sizeof(float) * (size_t)ff);
+  eng_k_linear_fwd(y, x, w, b, n, d, ff);
+  eng_k_linear_bwd(dx, dw, db, dy, x, w, n, d, ff, 0);
+
+  const float *nw = IN((size_t)d), *ndy = IN((size_t)n * d);
+  float *ny = take(io, (size_t)n * d), *nr = take(io, (size_t)n), *ndx = take(io, (size_t)n * d), *ndw = take(io, (size_t)d);
+  memset(ndw, 0, sizeof(float) * (size_t)d);
+  eng_k_rmsnorm_fwd(ny, nr, x, nw, n, d, 1e-5f);
+  eng_k_rmsnorm_bwd(ndx, ndw, ndy, x, nw, nr, n, d, 0);
+
+  size_t nq = (size_t)c.B * c.T * c.H * c.hd, nk = (size_t)c.B * c.T * c.KV * c.hd;
+  float *q = take(io, nq), *k = take(io, nk);
+  memcpy(q, IN(nq), sizeof(float) * nq), memcpy(k, IN(nk), sizeof(float) * nk);
+  const float *v = IN(nk), *dout = IN(nq);
+  eng_k_rope_fwd(q, c.B, c.T, c.H, c.hd, 10000.0f);
+  eng_k_rope_fwd(k, c.B, c.T, c.KV, c.hd, 10000.0f);
+  float *out = take(io, nq), *lse = take(io, (size_t)c.B * c.H * c.T);
+  float *dq = take(io, nq), *dk = take(io, nk), *dv = take(io, nk);
+  eng_k_attention_fwd(out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_rope_bwd(dq, c.B, c.T, c.H, c.hd, 10000.0f);
+
+  size_t ne = (size_t)n * ff;
+  float *hh = take(io, ne), *dg = take(io, ne), *du = take(io, ne);
+  eng_k_swiglu_fwd(hh, y, dy, ne);
+  eng_k_swiglu_bwd(dg, du, IN(ne), y, dy, ne);
+
+  int32_t ids[600];
+  for (int i = 0; i < n; i++) ids[i] = (i * 37) % 50;
+  float *e = take(io, (size_t)n * d), *dt = take(io, (size_t)50 * d);
+  memset(dt, 0, sizeof(float) * 50 * d);
+  eng_k_embed_fwd(e, w, ids, n, d);
+  eng_k_embed_bwd(dt, ndy, ids, n, d);
+
+  const float *hw = IN((size_t)V * d);
+  int32_t t[600];
+  for (int i = 0; i < n; i++) t[i] = i % 7 == 3 ? -100 : (i * 131) % V;
+  float *scratch = falloc(eng_k_head_loss_scratch_floats(V));
+  float *hdh = take(io, (size_t)n * d), *hdw = take(io, (size_t)V * d), *lg = take(io, (size_t)n * V);
+  memset(hdw, 0, sizeof(float) * (size_t)V * d);
+  double loss = eng_k_head_loss(hdh, hdw, lg, x, hw, t, n, d, V, 1.0f / n, scratch);
+  double sq = eng_k_sumsq(src, off);
+  memcpy(take(io, 2), &loss, sizeof loss);
+  memcpy(take(io, 2), &sq, sizeof sq);
+  free(scratch);
+#undef IN
+}
+
+static void test_thread_invariance(void) {
+  printf("thread-count invariance (1 vs 2 threads)\n");
+  size_t srcn = 4000000, cap = 6000000;
+  float *src = frandn(srcn, 1.0f);
+  inv_io a = {falloc(cap), 0, cap}, b = {falloc(cap), 0, cap};
+  run_all(&a, src, 1);
+  run_all(&b, src, 2);
+  CHECK(a.len == b.len, "invariance runs produced %zu and %zu floats", a.len, b.len);
+  expect_same("outputs with 1 vs 2 threads", a.buf, b.buf, a.len);
+  free(src), free(a.buf), free(b.buf);
+}
+
+int main(void) {
+  test_expf();
+  test_swiglu();
+  test_linear(37, 29, 23, 1);
+  test_linear(5, 64, 48, 0);
+  test_rmsnorm(7, 50);
+  test_rmsnorm(130, 200);
+  test_rope(2, 13, 3, 10, 10000.0f);
+  test_rope(1, 70, 2, 64, 1000000.0f);
+  test_attention((att_case){2, 70, 4, 2, 24});
+  test_attention((att_case){1, 129, 3, 1, 18});
+  test_attention((att_case){1, 64, 2, 2, 32});
+  test_attention((att_case){2, 100, 2, 1, 40});
+  test_attention((att_case){3, 1, 2, 1, 8});
+  test_embed(100, 40, 17);
+  test_head_loss(300, 40, 1000);
+  test_head_loss(5, 16, 33);
+  test_sumsq();
+  test_sgemm();
+  test_linear_split();
+  test_thread_invariance();
+  printf("ok\n");
+  return 0;
+}
