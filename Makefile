@@ -13,7 +13,7 @@ build: deps
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 build-asan: deps
-	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAIND_SANITIZE=ON -DTRAIND_CUDA=OFF
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAIND_SANITIZE=ON -DTRAIND_CUDA=OFF
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 
 # Every test, then the unit and e2e tests again under ASan + UBSan.

@@ -266,9 +266,15 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
 
 int eng_step(eng_run *r, eng_metrics *m, eng_err *e) {
   if (!r->train) return eng_err_set(e, ENG_ESTATE, "spec: no train_path to draw batches from");
+  eng_data_pos pos;
+  eng_data_pos_get(r->train, &pos);
+  int64_t before = r->step;
   int rc = eng_data_next(r->train, r->spec.batch, r->ids, r->labels, e);
-  if (rc) return rc;
-  return eng_step_batch(r, r->ids, r->labels, m, e);
+  if (!rc) rc = eng_step_batch(r, r->ids, r->labels, m, e);
+  // A step that did not happen (cancelled, failed) leaves its batch unread,
+  // so a retried or resumed run sees the same data.
+  if (rc && r->step == before) eng_data_pos_set(r->train, &pos, NULL);
+  return rc;
 }
 
 int eng_eval(eng_run *r, double *loss, eng_err *e) {

@@ -84,6 +84,19 @@ int main(void) {
   labels[9] = 1;
   CHECK_OK(eng_step_batch(r, ids, labels, NULL, &e), &e);
   eng_close(r);
+
+  // Cancellation: the flag is polled per layer; the step stops with
+  // ENG_ECANCEL and the run can go on once the flag is lowered.
+  volatile int cancel = 1;
+  s = base, s.cancel = &cancel;
+  CHECK_OK(eng_open(&s, &r, &e), &e);
+  CHECK(eng_step(r, NULL, &e) == ENG_ECANCEL, "a raised cancel flag did not stop the step: %s", e.msg);
+  CHECK(eng_steps_done(r) == 0, "a cancelled step counted");
+  printf("cancelled: %s\n", e.msg);
+  cancel = 0;
+  CHECK_OK(eng_step(r, NULL, &e), &e);
+  CHECK(eng_steps_done(r) == 1, "the run did not resume after a cancel");
+  eng_close(r);
   tmp_cleanup();
   return 0;
 }
