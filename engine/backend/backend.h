@@ -24,6 +24,9 @@ typedef struct eng_dev_ops {
 struct eng_dev {
   const eng_dev_ops *ops;
   const char *name;       // "cpu", "cuda:0"
+  int host_compute;       // 1 when the device's compute runs on the host cores (cpu):
+                          // the executor then runs optimizer updates on its own
+                          // thread instead of a competing one
   size_t cap;             // hard cap of the arena, bytes
   size_t reserved;        // bytes of arena actually allocated (<= cap)
   size_t used;            // bytes handed out

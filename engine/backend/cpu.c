@@ -29,6 +29,7 @@ int eng_dev_open_cpu(eng_dev **out, size_t cap, eng_err *e) {
   if (!d) return eng_err_set(e, ENG_ENOMEM, "cannot allocate the cpu device");
   d->ops = &cpu_ops;
   d->name = "cpu";
+  d->host_compute = 1;
   d->cap = cap;
   *out = d;
   return 0;

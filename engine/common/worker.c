@@ -53,6 +53,7 @@ void eng_worker_wait(eng_worker *w, uint64_t ticket) {
 }
 
 void eng_worker_drain(eng_worker *w) {
+  if (!w->started) return;
   pthread_mutex_lock(&w->mu);
   uint64_t t = w->submitted;
   while (w->done < t) pthread_cond_wait(&w->cv, &w->mu);

@@ -1,5 +1,6 @@
 #include "exec/exec.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -66,6 +67,7 @@ struct eng_exec {
   out_job ojobs[2];
   uint64_t oticket[2];  // copy-out ticket that last read each gradient slot
   opt_job *opt_jobs;    // one per shard
+  int inline_opt;       // updates run on the compute thread when first needed (cpu)
   double *sumsq;        // per shard Σ g², filled by copy-out jobs
 
   // weight versions: updates applied per shard, and rounds launched
@@ -165,6 +167,15 @@ static void version_bump(eng_exec *x, int shard) {
   pthread_mutex_unlock(&x->vmu);
 }
 
+static void opt_run(void *arg);
+
+// Shard s is about to be read: with inline updates, apply its pending one
+// now on the compute thread (which owns the cores); otherwise the optimizer
+// worker does it and readers wait on the version.
+static void shard_ensure(eng_exec *x, int s) {
+  if (x->inline_opt && x->version[s] < x->rounds) opt_run(&x->opt_jobs[s]);
+}
+
 // ---- copy-in -----------------------------------------------------------------
 
 static void copy_in_run(void *arg) {
@@ -199,6 +210,12 @@ static const float *sched_acquire(eng_exec *x, int shard, double *t_wait) {
   int i = x->next_acquire++;
   int slot = i & 1;
   (void)shard; // the schedule was built in compute order; shard documents the call site
+  // The copies of this entry and the next wait for their shards' updates.
+  const int head = x->m->lo.n_layers + 1;
+  for (int k = i; k <= i + 1 && k < x->n_sched; k++) {
+    if (x->sched[k] == head) shard_ensure(x, 0);
+    shard_ensure(x, x->sched[k]);
+  }
   double t0 = now();
   eng_worker_wait(&x->copy_in, x->cticket[slot]);
   *t_wait += now() - t0;
@@ -223,6 +240,7 @@ static void copy_out_run(void *arg) {
   const eng_layout *lo = &m->lo;
   const int head = lo->n_layers + 1;
   const float *src = x->gslot[j->slot];
+  omp_set_num_threads(1); // beside compute: no OpenMP team of its own
   if (j->shard == head) {
     float *hg = m->shards[head].g;
     x->dev->ops->copy_out(x->dev, hg + lo->final_norm.off, src, lo->final_norm.numel * sizeof(float));
@@ -282,11 +300,12 @@ void eng_exec_update_launch(eng_exec *x, const eng_exec_update *u) {
   x->rounds++;
   for (int s = 0; s < x->m->lo.n_shards; s++) {
     x->opt_jobs[s] = (opt_job){x, s, *u};
-    eng_worker_submit(&x->optim, opt_run, &x->opt_jobs[s]);
+    if (!x->inline_opt) eng_worker_submit(&x->optim, opt_run, &x->opt_jobs[s]);
   }
 }
 
 void eng_exec_quiesce(eng_exec *x) {
+  for (int s = 0; s < x->m->lo.n_shards; s++) shard_ensure(x, s);
   eng_worker_drain(&x->optim);
   eng_worker_drain(&x->copy_in);
   eng_worker_drain(&x->copy_out);
@@ -352,8 +371,9 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   }
   pthread_mutex_init(&x->vmu, NULL);
   pthread_cond_init(&x->vcv, NULL);
+  x->inline_opt = dev->host_compute;
   if (eng_worker_start(&x->copy_in, 4) || eng_worker_start(&x->copy_out, 4) ||
-      eng_worker_start(&x->optim, (uint32_t)m->lo.n_shards + 1)) {
+      (!x->inline_opt && eng_worker_start(&x->optim, (uint32_t)m->lo.n_shards + 1))) {
     eng_exec_close(x);
     return eng_err_set(e, ENG_ENOMEM, "cannot start the executor's stream threads");
   }
@@ -363,7 +383,6 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
 
 void eng_exec_close(eng_exec *x) {
   if (!x) return;
-  if (x->optim.started) eng_exec_quiesce(x);
   eng_worker_stop(&x->copy_in);
   eng_worker_stop(&x->copy_out);
   eng_worker_stop(&x->optim);
@@ -444,6 +463,8 @@ static int ckpt_fetch(eng_exec *x, int l, const float **out, eng_err *e) {
 
 // Waits for the step's pending copies before an early return.
 static int abort_step(eng_exec *x, int rc, eng_err *e) {
+  // Queued copies may wait on pending inline updates: apply them first.
+  for (int s = 0; s < x->m->lo.n_shards; s++) shard_ensure(x, s);
   eng_worker_drain(&x->copy_in);
   eng_worker_drain(&x->copy_out);
   x->n_sched = 0;
@@ -480,6 +501,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
 
   // Embedding: a gather from the host table straight into the arena (on a
   // GPU it is a host gather plus one copy of B*T*d values, not the table).
+  shard_ensure(x, 0);
   version_wait(x, 0, x->rounds);
   eng_k_embed_fwd(x->xa, m->shards[0].w, ids, B * T, d);
   atomic_fetch_add(&x->dev->bytes_in, x->bnd_floats * sizeof(float));

@@ -2,25 +2,33 @@
 
 #include <math.h>
 
-void eng_adamw_update(float *w, const float *g, float *m, float *v, size_t n, float lr, float wd,
-                      float beta1, float beta2, float eps, float clip_scale, int64_t t) {
-  // Scalars as torch computes them: Python floats (double), then used with
-  // fp32 tensors. step_size and the sqrt of the bias correction are doubles
-  // rounded once to float.
+eng_adamw_coef eng_adamw_coef_make(float lr, float wd, float beta1, float beta2, float eps,
+                                   float clip_scale, int64_t t) {
   const double bc1 = 1.0 - pow((double)beta1, (double)t);
   const double bc2 = 1.0 - pow((double)beta2, (double)t);
-  const float step_size = (float)(lr / bc1);
-  const float bc2_sqrt = (float)sqrt(bc2);
-  const float decay = (float)(1.0 - (double)lr * wd);
-  const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+  return (eng_adamw_coef){
+      .step_size = (float)(lr / bc1),
+      .bc2_sqrt = (float)sqrt(bc2),
+      .decay = (float)(1.0 - (double)lr * wd),
+      .a1 = 1.0f - beta1,
+      .a2 = 1.0f - beta2,
+      .beta2 = beta2,
+      .eps = eps,
+      .clip = clip_scale,
+  };
+}
+
+void eng_adamw_update(float *w, const float *g, float *m, float *v, size_t n, float lr, float wd,
+                      float beta1, float beta2, float eps, float clip_scale, int64_t t) {
+  const eng_adamw_coef c = eng_adamw_coef_make(lr, wd, beta1, beta2, eps, clip_scale, t);
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; i++) {
-    float gi = g[i] * clip_scale;
-    float p = w[i] * decay;
-    float mi = m[i] + (gi - m[i]) * a1;
-    float vi = v[i] * beta2 + a2 * (gi * gi);
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    w[i] = p - step_size * (mi / denom);
+    float gi = g[i] * c.clip;
+    float p = w[i] * c.decay;
+    float mi = m[i] + (gi - m[i]) * c.a1;
+    float vi = v[i] * c.beta2 + c.a2 * (gi * gi);
+    float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
+    w[i] = p - c.step_size * (mi / denom);
     m[i] = mi;
     v[i] = vi;
   }
