@@ -25,14 +25,17 @@ __attribute__((target("avx2"))) static inline __m256i eng_bf16_narrow16_avx2(__m
   return _mm256_permute4x64_epi64(p, 0xd8);
 }
 
-// 16 lanes of fp32 bits -> 16 bf16 in order.
-__attribute__((target("avx512f"))) static inline __m256i eng_bf16_narrow16_avx512(__m512i u) {
+// 16 lanes of fp32 bits -> 16 bf16 in order. The rounded value's high half
+// is picked straight out of each lane by a word permute (no shift, no
+// narrowing move); a NaN lane takes the high half of u | 0x00400000 instead.
+__attribute__((target("avx512f,avx512bw,avx512dq"))) static inline __m256i eng_bf16_narrow16_avx512(__m512i u) {
   __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  __mmask16 nan = _mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(r);
+  __m512i t = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+  __mmask16 nan = _mm512_fpclass_ps_mask(_mm512_castsi512_ps(u), 0x81); // quiet or signalling NaN
+  t = _mm512_mask_or_epi32(t, nan, u, _mm512_set1_epi32(0x00400000));
+  const __m512i odd = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 31, 29, 27, 25, 23, 21,
+                                       19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi16(odd, t));
 }
 #endif
 

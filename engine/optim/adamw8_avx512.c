@@ -10,12 +10,31 @@
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 
+// Gathers with a fresh all-ones mask and a zeroed destination. Plain
+// _mm512_i32gather_* lets the compiler make the mask with kxnor on a mask
+// register the loop also writes, and merge into a register holding the
+// previous iteration's result: both are dependencies the hardware honours,
+// which chain every iteration's gathers to the one before and halve the rate.
+AVX512 static inline __mmask16 ones16(void) {
+  unsigned x = 0xffff;
+  __asm__("" : "+r"(x)); // opaque: a kmov from a register, not a kxnor
+  return _cvtu32_mask16(x);
+}
+
+AVX512 static inline __m512 gather_ps(__m512i i, const float *base) {
+  return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), ones16(), i, base, 4);
+}
+
+AVX512 static inline __m512i gather_epi32(__m512i i, const uint32_t *base) {
+  return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), ones16(), i, (const void *)base, 4);
+}
+
 // Codes of 16 magnitudes in [0, 2) (bits with the sign clear):
 // eng_q8_encode_mag. The bucket number cannot exceed the table there, and a
 // saturating subtract clamps the buckets below it to the first.
 AVX512 static inline __m512i encode16(const uint32_t *lut, __m512i base, __m512i b) {
   __m512i i = _mm512_subs_epu16(_mm512_srli_epi32(b, ENG_Q8_SHIFT), base);
-  __m512i e = _mm512_i32gather_epi32(i, (const void *)lut, 4);
+  __m512i e = gather_epi32(i, lut);
   return _mm512_srli_epi32(_mm512_add_epi32(e, _mm512_and_si512(b, _mm512_set1_epi32(0xffff))), 16);
 }
 
@@ -46,20 +65,22 @@ AVX512 void eng_adamw8_blk_avx512(const aw8_args *a, size_t b, aw8_bstat *st) {
                         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(gb + j))), 16));
     __m512i mc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mq + j)));
     __m512i vc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(vq + j)));
-    __m512 m = _mm512_mul_ps(_mm512_i32gather_ps(mc, mval, 4), sm);
-    __m512 v = _mm512_mul_ps(_mm512_i32gather_ps(vc, vval, 4), sv);
+    __m512 m = _mm512_mul_ps(gather_ps(mc, mval), sm);
+    __m512 r = _mm512_mul_ps(gather_ps(vc, vval), sv); // the stored sqrt(v)
+    __m512 v = _mm512_mul_ps(r, r);
     __m512 wo = _mm512_loadu_ps(w + j);
     __m512 gi = _mm512_mul_ps(g, clip);
     __m512 p = _mm512_mul_ps(wo, decay);
     __m512 mi = _mm512_add_ps(m, _mm512_mul_ps(_mm512_sub_ps(gi, m), a1));
     __m512 vi = _mm512_add_ps(_mm512_mul_ps(v, beta2), _mm512_mul_ps(a2, _mm512_mul_ps(gi, gi)));
-    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
+    __m512 root = _mm512_sqrt_ps(vi);
+    __m512 denom = _mm512_add_ps(_mm512_div_ps(root, bc2), eps);
     __m512 wn = _mm512_sub_ps(p, _mm512_mul_ps(step, _mm512_div_ps(mi, denom)));
     __mmask16 ok = _mm512_cmp_ps_mask(vi, inf, _CMP_LT_OQ);
-    if (__builtin_expect(ok != 0xffff, 0)) { // a non-finite gradient: keep that element's old values
+    if (__builtin_expect(!_kortestc_mask16_u8(ok, ok), 0)) { // a non-finite gradient: keep that element's old values
       nonfinite += (uint32_t)(16 - __builtin_popcount(ok));
       mi = _mm512_mask_mov_ps(m, ok, mi);
-      vi = _mm512_mask_mov_ps(v, ok, vi);
+      root = _mm512_mask_mov_ps(r, ok, root);
       wn = _mm512_mask_mov_ps(wo, ok, wn);
     }
     _mm512_storeu_ps(w + j, wn);
@@ -69,9 +90,9 @@ AVX512 void eng_adamw8_blk_avx512(const aw8_args *a, size_t b, aw8_bstat *st) {
     sq = _mm512_add_ps(sq, _mm512_mul_ps(u, u));
     umax = _mm512_max_ps(_mm512_abs_ps(u), umax);
     am = _mm512_max_ps(_mm512_abs_ps(mi), am);
-    av = _mm512_max_ps(vi, av);
+    av = _mm512_max_ps(root, av);
     _mm512_store_ps(mb + j, mi);
-    _mm512_store_ps(vb + j, vi);
+    _mm512_store_ps(vb + j, root);
   }
   // The partial group at the end of the tensor: the scalar steps on the same lanes.
   aw8_acc acc = {.nonfinite = nonfinite};
@@ -82,7 +103,7 @@ AVX512 void eng_adamw8_blk_avx512(const aw8_args *a, size_t b, aw8_bstat *st) {
   for (size_t t = j; t < n; t++) {
     mb[t] = mval[mq[t]] * s->ms[b];
     vb[t] = vval[vq[t]] * s->vs[b];
-    aw8_elem(a, i0 + t, t, &mb[t], &vb[t], &acc);
+    aw8_elem(a, i0 + t, t, &mb[t], &vb[t], 1, &acc);
   }
   const float nm = eng_q8_block_absmax(acc.am), nv = eng_q8_block_absmax(acc.av);
   const float im = eng_q8_inv(nm), iv = eng_q8_inv(nv);

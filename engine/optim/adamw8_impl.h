@@ -24,7 +24,7 @@ typedef struct aw8_args {
   uint16_t *wb;
 } aw8_args;
 
-// One block's statistics; the pass adds them in block order.
+// One block's statistics; the pass adds them in block order (see adamw8.h).
 typedef struct aw8_bstat {
   double sumsq;       // Σ over the block's 16 lanes, in lane order, of each lane's fp32 Σ u²
   float amax;         // max |u|
@@ -45,7 +45,7 @@ void eng_adamw8_blk_avx512(const aw8_args *a, size_t b, aw8_bstat *st);
 // paths keep in registers, spilled here for the scalar tail.
 typedef struct aw8_acc {
   float sq[16];
-  float umax, am, av; // max |u|, max |m'|, max v'
+  float umax, am, av; // max |u|, max |m'|, max of the new second moment (or its root)
   uint32_t nonfinite;
 } aw8_acc;
 
@@ -57,22 +57,29 @@ static inline size_t aw8_block_len(const eng_adamw8_state *s, size_t b) {
 // max as _mm*_max_ps computes it: x > y ? x : y.
 static inline float aw8_max(float x, float y) { return x > y ? x : y; }
 
-// The AdamW step of element i (block offset j) from its old moments m, v:
-// eng_adamw_update's arithmetic. Updates w[i] and the working copy, leaves the
-// new moments in *m, *v (the old ones when skipped) and adds to the lanes.
-static inline void aw8_elem(const aw8_args *a, size_t i, size_t j, float *m, float *v, aw8_acc *acc) {
+// The AdamW step of element i (block offset j): eng_adamw_update's
+// arithmetic. *m and *v hold the old moments on entry and the new ones on
+// return (the old ones, untouched, when the element is skipped). With
+// sqrt_v, *v holds the square root of the second moment instead: what the
+// 8-bit state stores (see adamw8.h), squared here and re-rooted by the same
+// sqrtf the denominator needs. Updates w[i] and the working copy and adds to
+// the block's statistics.
+static inline void aw8_elem(const aw8_args *a, size_t i, size_t j, float *m, float *v, int sqrt_v,
+                            aw8_acc *acc) {
   const eng_adamw_coef *c = &a->c;
   float g = a->gf ? a->gf[i] : eng_bf16_to_f32(a->gb[i]);
   float w = a->w[i];
+  float v0 = sqrt_v ? *v * *v : *v;
   float gi = g * c->clip;
   float p = w * c->decay;
   float mi = *m + (gi - *m) * c->a1;
-  float vi = *v * c->beta2 + c->a2 * (gi * gi);
-  float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
+  float vi = v0 * c->beta2 + c->a2 * (gi * gi);
+  float root = sqrtf(vi);
+  float denom = root / c->bc2_sqrt + c->eps;
   float wn = p - c->step_size * (mi / denom);
   if (vi < INFINITY) { // false for +inf and NaN: a non-finite gradient or an overflow
     *m = mi;
-    *v = vi;
+    *v = sqrt_v ? root : vi;
   } else {
     wn = w;
     acc->nonfinite++;

@@ -10,8 +10,9 @@
 // so each decade (10^-E-1, 10^-E] holds 2^F evenly spaced values: the top
 // decade gets the most codes and small values keep a relative precision
 // instead of a fixed absolute one. The all-zero magnitude is 0.
-// - Unsigned map (second moment): 8 magnitude bits, E in 0..7, 256 values in
-//   [0, 1]: 0, then 1e-7 up to 1 (128 codes in (0.1, 1]).
+// - Unsigned map (second moment, stored as its root: optim/adamw8.h): 8
+//   magnitude bits, E in 0..7, 256 values in [0, 1]: 0, then 1e-7 up to 1
+//   (128 codes in (0.1, 1]).
 // - Signed map (first moment): sign bit + 7 magnitude bits, E in 0..6, values
 //   in [-1, 1]: 0, ±1e-6 up to ±1 (64 codes per sign in (0.1, 1]). Sign and
 //   magnitude, so both signs have the same grid and the quantizer has no sign

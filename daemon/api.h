@@ -1,0 +1,31 @@
+// The gRPC methods the daemon serves: traind.v1.Trainer and
+// grpc.health.v1.Health. Each handler runs on the loop thread.
+#ifndef TRAIND_API_H
+#define TRAIND_API_H
+
+#include "server.h"
+#include "traind.h"
+#include "validate.h"
+
+extern const srv_method api_methods[];
+extern const int api_n_methods;
+
+void api_submit(srv_call *c, ProtobufCMessage *req);
+void api_get(srv_call *c, ProtobufCMessage *req);
+void api_list(srv_call *c, ProtobufCMessage *req);
+void api_cancel(srv_call *c, ProtobufCMessage *req);
+void api_watch(srv_call *c, ProtobufCMessage *req);
+void api_plan(srv_call *c, ProtobufCMessage *req);
+void api_export(srv_call *c, ProtobufCMessage *req);
+void api_node(srv_call *c, ProtobufCMessage *req);
+void api_health_check(srv_call *c, ProtobufCMessage *req);
+void api_health_watch(srv_call *c, ProtobufCMessage *req);
+
+// Answers a refusal from validation.
+void api_refuse(srv_call *c, const val_err *e);
+// The job named by a request's job_id, or NULL after answering NOT_FOUND.
+job *api_job(srv_call *c, traind *d, const char *job_id);
+// Answers with the job (spec included).
+void api_reply_job(srv_call *c, const job *j);
+
+#endif

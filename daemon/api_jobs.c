@@ -1,0 +1,107 @@
+// GetJob, ListJobs, CancelJob, and the helpers every method shares.
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+
+#define T(x) Traind__V1__##x   // types
+#define K(x) TRAIND__V1__##x   // constants
+
+void api_refuse(srv_call *c, const val_err *e) { srv_fail(c, e->code, "%s", e->msg); }
+
+job *api_job(srv_call *c, traind *d, const char *job_id) {
+  val_err e;
+  if (val_id(job_id, "job_id", &e)) {
+    api_refuse(c, &e);
+    return NULL;
+  }
+  job *j = job_find(d, job_id);
+  if (!j) srv_fail(c, GRPC_STATUS_NOT_FOUND, "job_id: no job \"%s\"", job_id);
+  return j;
+}
+
+void api_reply_job(srv_call *c, const job *j) {
+  T(Job) pb;
+  T(ModelConfig) model;
+  T(Progress) progress;
+  job_pb(j, 1, &pb, &model, &progress);
+  srv_reply(c, &pb.base);
+}
+
+void api_get(srv_call *c, ProtobufCMessage *req) {
+  T(GetJobRequest) *r = (T(GetJobRequest) *)req;
+  val_err e;
+  if (val_message(req, "", &e)) {
+    api_refuse(c, &e);
+    return;
+  }
+  job *j = api_job(c, srv_call_data(c), r->job_id);
+  if (j) api_reply_job(c, j);
+}
+
+void api_cancel(srv_call *c, ProtobufCMessage *req) {
+  T(CancelJobRequest) *r = (T(CancelJobRequest) *)req;
+  traind *d = srv_call_data(c);
+  val_err e;
+  if (val_message(req, "", &e)) {
+    api_refuse(c, &e);
+    return;
+  }
+  job *j = api_job(c, d, r->job_id);
+  if (!j) return;
+  const char *refusal;
+  if (sched_cancel(d, j, &refusal)) srv_fail(c, GRPC_STATUS_FAILED_PRECONDITION, "%s", refusal);
+  else if ((j = job_find(d, r->job_id))) api_reply_job(c, j); // retention may have removed it already
+  else srv_fail(c, GRPC_STATUS_NOT_FOUND, "job_id: job \"%s\" was cancelled and removed by retention", r->job_id);
+}
+
+// Newest first. The page token is the id of the last job of the previous
+// page: ids only grow, so pages stay stable while jobs are submitted.
+void api_list(srv_call *c, ProtobufCMessage *req) {
+  T(ListJobsRequest) *r = (T(ListJobsRequest) *)req;
+  traind *d = srv_call_data(c);
+  val_err e;
+  if (val_list(r, &e)) {
+    api_refuse(c, &e);
+    return;
+  }
+  size_t page = r->page_size ? (size_t)r->page_size : 100;
+  // First index (from the end) to look at: the jobs older than the token.
+  size_t hi = d->n_all, lo = 0;
+  if (*r->page_token) {
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (strcmp(d->all[mid]->id, r->page_token) < 0) lo = mid + 1;
+      else hi = mid;
+    }
+  }
+  T(Job) *pbs = calloc(page, sizeof *pbs);
+  T(Job) **ptrs = calloc(page, sizeof *ptrs);
+  T(ModelConfig) *models = calloc(page, sizeof *models);
+  T(Progress) *progs = calloc(page, sizeof *progs);
+  if (!pbs || !ptrs || !models || !progs) {
+    srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "page_size: out of memory for %zu jobs", page);
+    goto out;
+  }
+  size_t n = 0, i = hi;
+  while (i > 0 && n < page) {
+    const job *j = d->all[--i];
+    int match = r->n_states == 0;
+    for (size_t k = 0; k < r->n_states && !match; k++) match = (job_state)r->states[k] == j->state;
+    if (!match) continue;
+    job_pb(j, r->include_spec, &pbs[n], &models[n], &progs[n]);
+    ptrs[n] = &pbs[n];
+    n++;
+  }
+  T(ListJobsResponse) resp = K(LIST_JOBS_RESPONSE__INIT);
+  resp.n_jobs = n;
+  resp.jobs = ptrs;
+  // More may follow only when the page filled up before the oldest job.
+  resp.next_page_token = n == page && i > 0 ? pbs[n - 1].id : "";
+  srv_reply(c, &resp.base);
+out:
+  free(pbs);
+  free(ptrs);
+  free(models);
+  free(progs);
+}

@@ -1,0 +1,149 @@
+// GetNode, PlanJob, the health service, and the method table.
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "grpc/health/v1/health.pb-c.h"
+
+#define T(x) Traind__V1__##x   // types
+#define K(x) TRAIND__V1__##x   // constants
+#define H(x) GRPC__HEALTH__V1__##x // constants
+
+enum { MAX_GPUS = 16 };
+
+// GPUs as the NVIDIA driver lists them, without CUDA: the daemon reports
+// them even though this build's engine cannot run on them yet.
+static int gpus_find(char names[][160], int cap) {
+  DIR *dir = opendir("/proc/driver/nvidia/gpus");
+  if (!dir) return 0;
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(dir)) && n < cap) {
+    if (de->d_name[0] == '.') continue;
+    char path[512], line[256];
+    snprintf(path, sizeof path, "/proc/driver/nvidia/gpus/%s/information", de->d_name);
+    snprintf(names[n], 160, "NVIDIA GPU at %.100s", de->d_name);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+      if (strncmp(line, "Model:", 6)) continue;
+      char *m = line + 6;
+      m += strspn(m, " \t");
+      m[strcspn(m, "\n")] = 0;
+      snprintf(names[n], 160, "%.100s at %.40s", m, de->d_name);
+    }
+    if (f) fclose(f);
+    n++;
+  }
+  closedir(dir);
+  return n;
+}
+
+void api_node(srv_call *c, ProtobufCMessage *req) {
+  traind *d = srv_call_data(c);
+  val_err e;
+  if (val_message(req, "", &e)) {
+    api_refuse(c, &e);
+    return;
+  }
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  T(Node) node = K(NODE__INIT);
+  node.version = TRAIND_VERSION;
+  node.hostname = host;
+  node.started_ms = d->started_ms;
+  node.queued = d->n_queued;
+  const char *running = sched_running_id(d);
+  node.running = running != NULL;
+  node.n_data_roots = (size_t)d->cfg.n_roots;
+  node.data_roots = d->cfg.roots;
+  node.engine_note = "this build's engine runs jobs on the cpu backend only";
+
+  T(Device) devs[1 + MAX_GPUS], *ptrs[1 + MAX_GPUS];
+  char gpu_names[MAX_GPUS][160], gpu_ids[MAX_GPUS][16];
+  int ng = gpus_find(gpu_names, MAX_GPUS);
+  traind__v1__device__init(&devs[0]);
+  devs[0].name = "cpu";
+  devs[0].usable = 1;
+  devs[0].description = "the cpu backend (host arena, worker threads)";
+  devs[0].running_job = running ? (char *)running : "";
+  devs[0].memory_bytes = d->cfg.cpu_memory_bytes;
+  for (int i = 0; i < ng; i++) {
+    traind__v1__device__init(&devs[1 + i]);
+    snprintf(gpu_ids[i], sizeof gpu_ids[i], "gpu:%d", i);
+    devs[1 + i].name = gpu_ids[i];
+    devs[1 + i].usable = 0;
+    devs[1 + i].description = gpu_names[i];
+  }
+  for (int i = 0; i <= ng; i++) ptrs[i] = &devs[i];
+  node.n_devices = (size_t)(1 + ng);
+  node.devices = ptrs;
+  srv_reply(c, &node.base);
+}
+
+void api_plan(srv_call *c, ProtobufCMessage *req) {
+  traind *d = srv_call_data(c);
+  T(PlanJobRequest) *r = (T(PlanJobRequest) *)req;
+  val_err e;
+  val_roots roots = {d->cfg.roots, d->cfg.n_roots};
+  // A malformed spec is still the client's error, planner or not.
+  if (val_message(req, "", &e) || val_spec(r->spec, "spec", &roots, &e)) {
+    api_refuse(c, &e);
+    return;
+  }
+  srv_fail(c, GRPC_STATUS_UNIMPLEMENTED, "PlanJob: the planner is not part of this build yet");
+}
+
+static Grpc__Health__V1__HealthCheckResponse__ServingStatus serving(const traind *d, const char *service, int *known) {
+  *known = !*service || !strcmp(service, "traind.v1.Trainer");
+  return d->draining ? H(HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING)
+                     : H(HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+}
+
+void api_health_check(srv_call *c, ProtobufCMessage *req) {
+  Grpc__Health__V1__HealthCheckRequest *r = (Grpc__Health__V1__HealthCheckRequest *)req;
+  val_err e;
+  if (val_message(req, "", &e)) {
+    api_refuse(c, &e);
+    return;
+  }
+  int known;
+  Grpc__Health__V1__HealthCheckResponse resp = H(HEALTH_CHECK_RESPONSE__INIT);
+  resp.status = serving(srv_call_data(c), r->service, &known);
+  if (!known) srv_fail(c, GRPC_STATUS_NOT_FOUND, "service: \"%.200s\" is not served here", r->service);
+  else srv_reply(c, &resp.base);
+}
+
+// The status once; it only changes at shutdown, when every call is
+// cancelled anyway, so the stream then stays open until the client leaves.
+void api_health_watch(srv_call *c, ProtobufCMessage *req) {
+  Grpc__Health__V1__HealthCheckRequest *r = (Grpc__Health__V1__HealthCheckRequest *)req;
+  val_err e;
+  if (val_message(req, "", &e)) {
+    api_refuse(c, &e);
+    return;
+  }
+  int known;
+  Grpc__Health__V1__HealthCheckResponse resp = H(HEALTH_CHECK_RESPONSE__INIT);
+  resp.status = serving(srv_call_data(c), r->service, &known);
+  if (!known) resp.status = H(HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN);
+  srv_send(c, &resp.base, NULL);
+}
+
+#define M(name, type, fn) {"/traind.v1.Trainer/" name, &traind__v1__##type##__descriptor, fn}
+const srv_method api_methods[] = {
+    M("SubmitJob", submit_job_request, api_submit),
+    M("GetJob", get_job_request, api_get),
+    M("ListJobs", list_jobs_request, api_list),
+    M("CancelJob", cancel_job_request, api_cancel),
+    M("WatchJob", watch_job_request, api_watch),
+    M("PlanJob", plan_job_request, api_plan),
+    M("ExportJob", export_job_request, api_export),
+    M("GetNode", get_node_request, api_node),
+    {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor, api_health_check},
+    {"/grpc.health.v1.Health/Watch", &grpc__health__v1__health_check_request__descriptor, api_health_watch},
+};
+#undef M
+const int api_n_methods = sizeof api_methods / sizeof api_methods[0];

@@ -1,0 +1,97 @@
+// SubmitJob: validate, deduplicate on request_id, resolve the model, size the
+// job, save it, queue it.
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "log.h"
+#include "spec.h"
+
+#define T(x) Traind__V1__##x   // types
+#define K(x) TRAIND__V1__##x   // constants
+
+static void reply(srv_call *c, const job *j, int created) {
+  T(Job) pb;
+  T(ModelConfig) model;
+  T(Progress) progress;
+  job_pb(j, 1, &pb, &model, &progress);
+  T(SubmitJobResponse) resp = K(SUBMIT_JOB_RESPONSE__INIT);
+  resp.job = &pb;
+  resp.created = created;
+  srv_reply(c, &resp.base);
+}
+
+// The same request_id again. The loop handles one call at a time, so a
+// retry that arrives while the first call is still being answered finds
+// the job that call created.
+static void retry(srv_call *c, const T(SubmitJobRequest) *r, const job *j) {
+  size_t n1, n2;
+  uint8_t *a = job_submission_bytes(r, &n1), *b = job_own_submission_bytes(j, &n2);
+  int same = a && b && n1 == n2 && !memcmp(a, b, n1);
+  free(a);
+  free(b);
+  if (!a || !b) srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory comparing it");
+  else if (same) reply(c, j, 0);
+  else
+    srv_fail(c, GRPC_STATUS_ALREADY_EXISTS, "request_id: \"%s\" was used for job %s with a different request",
+             r->request_id, j->id);
+}
+
+void api_submit(srv_call *c, ProtobufCMessage *req) {
+  traind *d = srv_call_data(c);
+  T(SubmitJobRequest) *r = (T(SubmitJobRequest) *)req;
+  val_err e;
+  if (val_submit_head(r, &e)) {
+    api_refuse(c, &e);
+    return;
+  }
+  job *old = *r->request_id ? strmap_get(&d->by_request, r->request_id) : NULL;
+  if (old) {
+    retry(c, r, old);
+    return;
+  }
+  if (d->draining) {
+    srv_fail(c, GRPC_STATUS_UNAVAILABLE, "traind is shutting down; submit again after its restart");
+    return;
+  }
+
+  val_roots roots = {d->cfg.roots, d->cfg.n_roots};
+  eng_config model;
+  spec_plan plan;
+  spec_defaults def = {d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes};
+  if (val_submit(r, &roots, &e) || spec_model_config(r->spec, &roots, &model, &e) ||
+      spec_plan_build(r->spec, &model, &def, NULL, &plan, &e)) {
+    api_refuse(c, &e);
+    return;
+  }
+  int64_t total = plan.total_steps;
+  spec_plan_free(&plan);
+
+  job *j = job_new(d, r, &model);
+  if (!j || job_insert(d, j)) {
+    if (j) { // not indexed: give the spec back to the call, which frees it
+      r->spec = j->spec;
+      free(j->request_id);
+      free(j);
+    }
+    srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory");
+    return;
+  }
+  j->progress.total_steps = total;
+  eng_err ee = {0};
+  if (job_save(d, j, &ee)) {
+    log_err("job %s: saving it failed: %s", j->id, ee.msg);
+    eng_err ignored;
+    job_delete(d, j, &ignored);
+    srv_fail(c, GRPC_STATUS_UNAVAILABLE, "storage: %s", ee.msg);
+    return;
+  }
+  sched_enqueue(d, j);
+  event_state(d, j, "submitted");
+  log_info("job %s: submitted%s%s (priority %d)", j->id, j->request_id ? " with request id " : "",
+           j->request_id ? j->request_id : "", j->priority);
+  reply(c, j, 1);
+  if (j->preempt) sched_preempt_for(d, j);
+  sched_kick(d);
+  notify_status(d);
+}

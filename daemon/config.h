@@ -1,0 +1,44 @@
+// The daemon's configuration: a file of `key = value` lines ('#' starts a
+// comment; data_root may repeat), then command-line overrides. SIGHUP
+// rereads the file and applies what can change while running (data roots,
+// retention, defaults, token, log level); the rest needs a restart and the
+// daemon says so.
+#ifndef TRAIND_CONFIG_H
+#define TRAIND_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { CFG_MAX_ROOTS = 32 };
+
+typedef struct cfg {
+  char *state_dir;          // RocksDB and scratch; $STATE_DIRECTORY, else /var/lib/traind
+  char *socket_path;        // $RUNTIME_DIRECTORY/traind.sock, else <state_dir>/traind.sock
+  unsigned socket_mode;     // 0660
+  char *tcp;                // "host:port" or NULL (then TLS and a token are required)
+  char *tls_cert, *tls_key; // PEM file paths
+  char *token_file;         // file holding the bearer token
+  char *roots[CFG_MAX_ROOTS]; // data roots, resolved with realpath when loaded
+  int n_roots;
+  int max_message_bytes;    // largest request (default 1 MiB)
+  int retention_jobs;       // finished jobs kept (default 1000; 0 = no limit)
+  int64_t retention_age_s;  // finished jobs kept this long (default 30 days; 0 = no limit)
+  int drain_timeout_s;      // SIGTERM: time allowed to checkpoint the running job (default 20)
+  int checkpoint_every;     // default CheckpointSpec.every_steps (100)
+  int checkpoint_keep;      // default CheckpointSpec.keep (2)
+  int64_t cpu_memory_bytes; // default device arena of cpu jobs (1 GiB)
+  int metrics_interval_ms;  // least time between recorded step events (1000; 0 = every step)
+  int log_level;            // LOG_LVL_*
+} cfg;
+
+// Defaults, the file (NULL: none), then the overrides (another cfg's fields
+// set by flags: strings non-NULL, numbers >= 0, roots when n_roots > 0).
+// Returns 0, or -1 with a message naming the file, line and key.
+int cfg_load(cfg *c, const char *path, const cfg *over, char *err, size_t errlen);
+// Sets one key of c as a line of the file would (for command-line flags).
+int cfg_set(cfg *c, const char *key, const char *value, char *err, size_t errlen);
+// Marks every field of an override cfg as unset.
+void cfg_unset(cfg *over);
+void cfg_free(cfg *c);
+
+#endif

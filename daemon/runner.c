@@ -1,0 +1,213 @@
+#include "runner.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct runner {
+  uv_loop_t *loop;
+  store *st;
+  runner_fn fn;
+  void *data;
+  mbox mb;
+  uv_thread_t thread;
+  uv_mutex_t lock;
+  uv_cond_t cond;
+  int quit;                        // under lock
+  int has_work;                    // under lock
+  char job[STORE_JOB_MAX + 1];     // loop thread's view: non-empty while busy
+  char work_job[STORE_JOB_MAX + 1];
+  spec_plan plan;
+  runner_msg *done_msg;            // the RUN_DONE report, allocated by runner_start
+  volatile int cancel;             // the engine polls it once per layer
+  volatile int stop;               // with cancel: checkpoint and stop instead
+  void (*done)(void *);
+  void *done_arg;
+};
+
+static runner_msg *msg_new(runner *r, runner_msg_kind kind) {
+  runner_msg *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->kind = kind;
+  memcpy(m->job, r->work_job, sizeof m->job);
+  return m;
+}
+
+static void post(runner *r, runner_msg *m) {
+  if (m) mbox_post(&r->mb, &m->item);
+}
+
+// Fills the RUN_DONE report allocated when the job started (so it cannot be
+// lost to a failed malloc); thread_main posts it once the runner is idle.
+static void set_done(runner *r, runner_outcome o, int64_t step, const char *error) {
+  runner_msg *m = r->done_msg;
+  m->outcome = o;
+  m->step = step;
+  if (error) snprintf(m->error, sizeof m->error, "%s", error);
+}
+
+static int save(runner *r, eng_run *run, const eng_store *st, eng_err *e) {
+  int rc = eng_save(run, st, e);
+  if (rc) return rc;
+  runner_msg *m = msg_new(r, RUN_CKPT);
+  if (m) m->step = eng_steps_done(run);
+  post(r, m);
+  return 0;
+}
+
+static void run_job(runner *r) {
+  spec_plan *p = &r->plan;
+  eng_err e = {0};
+  eng_store st;
+  if (store_engine_open(&st, r->st, r->work_job, p->ckpt_keep, &e)) {
+    set_done(r, RUN_FAILED, 0, e.msg);
+    return;
+  }
+  p->eng.cancel = &r->cancel;
+  if (p->eng.ckpt_place == ENG_PLACE_STORE) p->eng.spill = &st;
+  eng_run *run = NULL;
+  int rc = eng_open(&p->eng, &run, &e);
+  if (!rc) {
+    rc = eng_load(run, &st, &e);
+    if (rc >= 0) {
+      runner_msg *m = msg_new(r, RUN_STARTED);
+      if (m) {
+        m->step = rc == 1 ? -1 : eng_steps_done(run);
+        m->params = (int64_t)eng_param_count(run);
+      }
+      post(r, m);
+      rc = 0;
+    }
+  }
+  int64_t saved = run ? eng_steps_done(run) : 0;
+  while (!rc && eng_steps_done(run) < p->total_steps) {
+    runner_msg *m = msg_new(r, RUN_STEP);
+    eng_metrics mm;
+    rc = eng_step(run, m ? &m->m : &mm, &e);
+    if (rc) {
+      free(m);
+      break;
+    }
+    post(r, m);
+    int64_t done = eng_steps_done(run);
+    if (done < p->total_steps && done % p->ckpt_every == 0 && !(rc = save(r, run, &st, &e))) saved = done;
+  }
+  int64_t steps = run ? eng_steps_done(run) : 0;
+  if (rc == ENG_ECANCEL && r->stop) {
+    // Stopped for a preemption or a drain: the step in flight left no
+    // trace, so the state to save is the last completed step's.
+    r->cancel = 0;
+    rc = steps > saved ? save(r, run, &st, &e) : 0;
+    set_done(r, rc ? RUN_FAILED : RUN_STOPPED, steps, rc ? e.msg : NULL);
+  } else if (rc == ENG_ECANCEL) {
+    set_done(r, RUN_CANCELLED, steps, NULL);
+  } else if (rc) {
+    set_done(r, RUN_FAILED, steps, e.msg);
+  } else if (steps > saved && (rc = save(r, run, &st, &e))) {
+    set_done(r, RUN_FAILED, steps, e.msg);
+  } else {
+    set_done(r, RUN_SUCCEEDED, steps, NULL);
+  }
+  if (run) eng_close(run);
+  st.close(st.ctx);
+}
+
+static void thread_main(void *arg) {
+  runner *r = arg;
+  for (;;) {
+    uv_mutex_lock(&r->lock);
+    while (!r->has_work && !r->quit) uv_cond_wait(&r->cond, &r->lock);
+    if (r->quit) {
+      uv_mutex_unlock(&r->lock);
+      return;
+    }
+    uv_mutex_unlock(&r->lock);
+    run_job(r);
+    // Idle before the report goes out: the loop may start the next job the
+    // moment it reads it.
+    uv_mutex_lock(&r->lock);
+    spec_plan_free(&r->plan);
+    runner_msg *done = r->done_msg;
+    r->done_msg = NULL;
+    r->has_work = 0;
+    uv_mutex_unlock(&r->lock);
+    post(r, done);
+  }
+}
+
+static void on_msg(mbox *b, mbox_item *it) {
+  runner *r = b->data;
+  runner_msg *m = (runner_msg *)it;
+  if (m->kind == RUN_DONE) r->job[0] = 0; // idle from the loop's point of view
+  r->fn(r, m, r->data);
+}
+
+int runner_create(runner **out, uv_loop_t *loop, store *st, runner_fn fn, void *data) {
+  runner *r = calloc(1, sizeof *r);
+  if (!r) return -1;
+  r->loop = loop;
+  r->st = st;
+  r->fn = fn;
+  r->data = data;
+  if (uv_mutex_init(&r->lock) || uv_cond_init(&r->cond) || mbox_init(&r->mb, loop, on_msg, r)) {
+    free(r);
+    return -1;
+  }
+  if (uv_thread_create(&r->thread, thread_main, r)) {
+    mbox_close(&r->mb, NULL);
+    return -1;
+  }
+  *out = r;
+  return 0;
+}
+
+int runner_start(runner *r, const char *job, spec_plan *plan) {
+  runner_msg *done = calloc(1, sizeof *done);
+  if (!done) return -1;
+  done->kind = RUN_DONE;
+  snprintf(done->job, sizeof done->job, "%s", job);
+  snprintf(r->job, sizeof r->job, "%s", job);
+  uv_mutex_lock(&r->lock);
+  r->done_msg = done;
+  memcpy(r->work_job, r->job, sizeof r->job);
+  r->plan = *plan;
+  memset(plan, 0, sizeof *plan);
+  r->cancel = 0;
+  r->stop = 0;
+  r->has_work = 1;
+  uv_cond_signal(&r->cond);
+  uv_mutex_unlock(&r->lock);
+  return 0;
+}
+
+void runner_cancel(runner *r) {
+  r->stop = 0;
+  r->cancel = 1;
+}
+
+void runner_stop(runner *r) {
+  r->stop = 1;
+  r->cancel = 1;
+}
+
+const char *runner_job(const runner *r) { return r->job[0] ? r->job : NULL; }
+
+static void on_closed(uv_handle_t *h) {
+  runner *r = ((mbox *)h->data)->data;
+  void (*done)(void *) = r->done;
+  void *arg = r->done_arg;
+  uv_mutex_destroy(&r->lock);
+  uv_cond_destroy(&r->cond);
+  free(r);
+  if (done) done(arg);
+}
+
+void runner_destroy(runner *r, void (*done)(void *), void *arg) {
+  uv_mutex_lock(&r->lock);
+  r->quit = 1;
+  uv_cond_signal(&r->cond);
+  uv_mutex_unlock(&r->lock);
+  uv_thread_join(&r->thread);
+  r->done = done;
+  r->done_arg = arg;
+  mbox_close(&r->mb, on_closed);
+}

@@ -1,0 +1,261 @@
+// The queue and the runner: priority, then first come first served; one job
+// at a time per device; preemption only when a job asks for it; cancel and
+// drain through the runner's flags; the runner's reports turned into job
+// state, events and records.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "runner.h"
+#include "spec.h"
+#include "traind.h"
+
+static char stop_reason[256];          // why the runner was asked to stop
+static void (*drain_done)(traind *d);  // set while a drain waits for the runner
+
+static const char *state_name(job_state s) {
+  const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(&traind__v1__job_state__descriptor, s);
+  return v ? v->name + strlen("JOB_STATE_") : "?";
+}
+
+// ---- the queue --------------------------------------------------------------------
+
+static int before(const job *a, const job *b) {
+  return a->order != b->order ? a->order < b->order : strcmp(a->id, b->id) < 0;
+}
+
+void sched_enqueue(traind *d, job *j) {
+  // From the tail: a new job usually goes last among its priority.
+  job *p = d->qtail;
+  while (p && before(j, p)) p = p->qprev;
+  j->qprev = p;
+  j->qnext = p ? p->qnext : d->qhead;
+  if (j->qnext) j->qnext->qprev = j;
+  else d->qtail = j;
+  if (p) p->qnext = j;
+  else d->qhead = j;
+  j->queued = 1;
+  d->n_queued++;
+}
+
+void sched_dequeue(traind *d, job *j) {
+  if (j->qprev) j->qprev->qnext = j->qnext;
+  else d->qhead = j->qnext;
+  if (j->qnext) j->qnext->qprev = j->qprev;
+  else d->qtail = j->qprev;
+  j->qprev = j->qnext = NULL;
+  j->queued = 0;
+  d->n_queued--;
+}
+
+// ---- state --------------------------------------------------------------------------
+
+int sched_set_state(traind *d, job *j, job_state st, const char *reason) {
+  j->state = st;
+  if (job_finished(j)) j->finished_ms = now_ms();
+  eng_err e = {0};
+  // The record first: after a crash between the two, the job is where the
+  // record says, and the event log at worst lacks this one line.
+  int rc = job_save(d, j, &e);
+  if (rc) log_err("job %s: saving its record (%s) failed: %s", j->id, state_name(st), e.msg);
+  event_state(d, j, reason);
+  log_info("job %s: %s (%s)", j->id, state_name(st), reason);
+  notify_status(d);
+  return rc;
+}
+
+static spec_defaults defaults_of(const traind *d) {
+  return (spec_defaults){d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes};
+}
+
+void sched_kick(traind *d) {
+  while (!d->draining && d->cpu && !runner_job(d->cpu) && d->qhead) {
+    job *j = d->qhead;
+    sched_dequeue(d, j);
+    spec_plan plan;
+    val_err ve;
+    spec_defaults def = defaults_of(d);
+    val_roots roots = {d->cfg.roots, d->cfg.n_roots};
+    // Paths and roots may have changed since the submission: check again.
+    if (spec_plan_build(j->spec, &j->model, &def, &roots, &plan, &ve)) {
+      free(j->error);
+      j->error = strdup(ve.msg);
+      sched_set_state(d, j, JS(FAILED), ve.msg);
+      continue;
+    }
+    j->progress.total_steps = plan.total_steps;
+    j->attempts++;
+    if (!j->started_ms) j->started_ms = now_ms();
+    j->last_step_event_ms = 0;
+    j->step_s = 0;
+    if (runner_start(d->cpu, j->id, &plan)) {
+      spec_plan_free(&plan);
+      sched_enqueue(d, j);
+      log_err("job %s: out of memory starting it; it stays queued", j->id);
+      return;
+    }
+    char reason[128];
+    snprintf(reason, sizeof reason, "started on %s (attempt %d)", j->device, j->attempts);
+    sched_set_state(d, j, JS(RUNNING), reason);
+  }
+}
+
+int sched_cancel(traind *d, job *j, const char **refusal) {
+  static char msg[256];
+  switch (j->state) {
+  case JS(QUEUED):
+    if (j->queued) sched_dequeue(d, j);
+    sched_set_state(d, j, JS(CANCELLED), "cancelled while queued");
+    retention_run(d);
+    return 0;
+  case JS(RUNNING):
+    sched_set_state(d, j, JS(CANCELLING), "cancel requested");
+    runner_cancel(d->cpu);
+    return 0;
+  case JS(CANCELLING): return 0;
+  default:
+    snprintf(msg, sizeof msg, "job_id: job %s has already finished (%s)", j->id, state_name(j->state));
+    *refusal = msg;
+    return -1;
+  }
+}
+
+const char *sched_running_id(traind *d) { return d->cpu ? runner_job(d->cpu) : NULL; }
+
+void sched_preempt_for(traind *d, job *j) {
+  const char *id = sched_running_id(d);
+  job *r = id ? job_find(d, id) : NULL;
+  if (!r || r->state != JS(RUNNING) || r->priority >= j->priority) return;
+  snprintf(stop_reason, sizeof stop_reason, "preempted by job %s (priority %d > %d)", j->id, j->priority, r->priority);
+  event_log(d, r, "checkpointing to make way for job %s", j->id);
+  runner_stop(d->cpu);
+}
+
+void sched_drain(traind *d, void (*done)(traind *d)) {
+  d->draining = 1;
+  const char *id = sched_running_id(d);
+  if (!id) {
+    done(d);
+    return;
+  }
+  drain_done = done;
+  job *r = job_find(d, id);
+  snprintf(stop_reason, sizeof stop_reason, "the daemon is shutting down; resumes after its restart");
+  if (r && r->state == JS(RUNNING)) event_log(d, r, "checkpointing: the daemon is shutting down");
+  runner_stop(d->cpu);
+}
+
+// ---- the runner's reports -----------------------------------------------------------
+
+static void on_step(traind *d, job *j, const eng_metrics *m) {
+  Traind__V1__Progress *p = &j->progress;
+  int64_t prev = p->step;
+  p->step = m->step;
+  p->loss = m->loss;
+  if (!isnan(m->eval_loss)) p->eval_loss = m->eval_loss;
+  p->lr = m->lr;
+  p->grad_norm = m->grad_norm;
+  p->tokens_per_s = m->tokens_per_s;
+  p->tokens_done = m->step * m->tokens;
+  // A smoothed step time keeps the ETA steady; a resumed job starts afresh.
+  if (m->step == prev + 1) j->step_s = j->step_s > 0 ? 0.9 * j->step_s + 0.1 * m->t_total : m->t_total;
+  p->eta_s = j->step_s * (double)(p->total_steps - p->step);
+  j->phases.forward = m->t_fwd;
+  j->phases.loss = m->t_loss;
+  j->phases.backward = m->t_bwd;
+  j->phases.optimizer_wait = m->t_opt_wait;
+  j->phases.total = m->t_total;
+  int64_t now = now_ms();
+  if (now - j->last_step_event_ms >= d->cfg.metrics_interval_ms || m->step == p->total_steps || m->step == 1 ||
+      !isnan(m->eval_loss) || m->skipped) {
+    j->last_step_event_ms = now;
+    event_step(d, j, m);
+    notify_status(d);
+  }
+}
+
+static void on_done(traind *d, job *j, const runner_msg *m) {
+  switch (m->outcome) {
+  case RUN_SUCCEEDED: sched_set_state(d, j, JS(SUCCEEDED), "trained to its budget"); break;
+  case RUN_FAILED:
+    free(j->error);
+    j->error = strdup(m->error);
+    sched_set_state(d, j, JS(FAILED), m->error);
+    break;
+  case RUN_CANCELLED: sched_set_state(d, j, JS(CANCELLED), "cancelled while running"); break;
+  case RUN_STOPPED:
+    if (j->state == JS(CANCELLING)) { // a cancel came after the stop
+      sched_set_state(d, j, JS(CANCELLED), "cancelled while stopping");
+      break;
+    }
+    sched_enqueue(d, j);
+    sched_set_state(d, j, JS(QUEUED), stop_reason);
+    break;
+  }
+}
+
+static void on_runner(runner *r, runner_msg *m, void *data) {
+  (void)r;
+  traind *d = data;
+  job *j = job_find(d, m->job); // running jobs are never deleted
+  eng_err e = {0};
+  if (j) switch (m->kind) {
+    case RUN_STARTED:
+      j->params = m->params;
+      if (m->step >= 0) event_log(d, j, "resumed from the checkpoint at step %lld", (long long)m->step);
+      else event_log(d, j, "started fresh: %lld parameters", (long long)m->params);
+      j->progress.step = m->step > 0 ? m->step : 0;
+      break;
+    case RUN_STEP: on_step(d, j, &m->m); break;
+    case RUN_CKPT:
+      j->ckpt_step = m->step;
+      if (job_save(d, j, &e)) log_err("job %s: saving its record failed: %s", j->id, e.msg);
+      event_checkpoint(d, j, m->step);
+      break;
+    case RUN_DONE: on_done(d, j, m); break;
+    }
+  int done = m->kind == RUN_DONE;
+  free(m);
+  if (!done) return;
+  if (drain_done) {
+    void (*fn)(traind *) = drain_done;
+    drain_done = NULL;
+    fn(d);
+    return;
+  }
+  retention_run(d);
+  sched_kick(d);
+}
+
+int sched_start(traind *d) {
+  if (runner_create(&d->cpu, d->loop, d->st, on_runner, d)) return -1;
+  // Jobs the last daemon left running resume from their last checkpoint.
+  for (size_t i = 0; i < d->n_all; i++) {
+    job *j = d->all[i];
+    char reason[160];
+    if (j->state == JS(RUNNING)) {
+      // The store knows of a checkpoint committed just before the crash
+      // that the record did not get to hear about.
+      eng_err e = {0};
+      int64_t step;
+      if (store_ckpt_latest(d->st, j->id, &step, &e) == 0) j->ckpt_step = step;
+      if (j->ckpt_step >= 0)
+        snprintf(reason, sizeof reason, "interrupted by a daemon restart; resumes from the checkpoint at step %lld",
+                 (long long)j->ckpt_step);
+      else snprintf(reason, sizeof reason, "interrupted by a daemon restart before its first checkpoint; starts over");
+      sched_enqueue(d, j);
+      sched_set_state(d, j, JS(QUEUED), reason);
+    } else if (j->state == JS(CANCELLING)) {
+      sched_set_state(d, j, JS(CANCELLED), "cancelled (the daemon restarted while the job was stopping)");
+    }
+  }
+  sched_kick(d);
+  return 0;
+}
+
+void sched_stop(traind *d) {
+  if (d->cpu) runner_destroy(d->cpu, NULL, NULL);
+  d->cpu = NULL;
+}

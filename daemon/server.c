@@ -1,0 +1,527 @@
+#include "server.h"
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "mbox.h"
+
+// One operation in flight on the completion queue. The cq thread fills ok
+// and posts item; fn runs on the loop.
+typedef struct srv_tag {
+  mbox_item item;
+  int ok;
+  void (*fn)(struct srv_tag *t);
+  srv_call *c; // the call it belongs to, or NULL for the server's own tags
+  srv *s;      // the server's own tags
+} srv_tag;
+
+struct srv_call {
+  srv *s;
+  grpc_call *call;                  // NULL until request_call completes
+  grpc_call_details details;
+  grpc_metadata_array md;           // request metadata, owned by the call
+  srv_tag t_new, t_recv, t_send, t_close;
+  grpc_byte_buffer *recv_buf;
+  grpc_byte_buffer *send_buf;       // kept until its batch completes
+  int client_cancelled;             // RECV_CLOSE_ON_SERVER's out value
+  int md_sent;                      // SEND_INITIAL_METADATA was started
+  int pending;                      // batches started and not yet back
+  int send_busy;                    // a SEND_MESSAGE or the status is in flight
+  int status_started;               // the status is sent or queued: no more sends
+  int closed;                       // the close tag came back: the call is over
+  int finish_code;                  // a status asked for while a send was busy, else -1
+  char *finish_msg;
+  const srv_method *m;
+  ProtobufCMessage *req;
+  srv_sent_fn sent;
+  srv_close_fn on_close;
+  void *app;
+};
+
+struct srv {
+  uv_loop_t *loop;
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  uv_thread_t thread;
+  mbox mb;
+  srv_tag t_shutdown;               // server shutdown finished
+  srv_tag t_thread_done;            // the cq thread saw GRPC_QUEUE_SHUTDOWN
+  const srv_method *methods;
+  int n_methods;
+  void *data;
+  char *token;
+  int stopping;
+  void (*done)(void *);
+  void *done_arg;
+};
+
+static void call_arm(srv *s);
+
+// ---- plumbing ------------------------------------------------------------------
+
+static void cq_thread(void *arg) {
+  srv *s = arg;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (ev.type != GRPC_OP_COMPLETE) continue;
+    srv_tag *t = ev.tag;
+    t->ok = ev.success;
+    mbox_post(&s->mb, &t->item);
+  }
+  mbox_post(&s->mb, &s->t_thread_done.item);
+}
+
+static void on_mbox(mbox *b, mbox_item *it) {
+  (void)b;
+  srv_tag *t = (srv_tag *)it;
+  t->fn(t);
+}
+
+static void call_free(srv_call *c) {
+  if (c->call) grpc_call_unref(c->call);
+  grpc_call_details_destroy(&c->details);
+  grpc_metadata_array_destroy(&c->md);
+  if (c->recv_buf) grpc_byte_buffer_destroy(c->recv_buf);
+  if (c->send_buf) grpc_byte_buffer_destroy(c->send_buf);
+  if (c->req) protobuf_c_message_free_unpacked(c->req, NULL);
+  free(c->finish_msg);
+  free(c);
+}
+
+// Every completion ends here: a call is freed once it is over and none of
+// its batches is still out.
+static void call_settle(srv_call *c) {
+  if (c->closed && c->pending == 0) call_free(c);
+}
+
+static int call_batch(srv_call *c, const grpc_op *ops, size_t n, srv_tag *t) {
+  grpc_call_error err = grpc_call_start_batch(c->call, ops, n, t, NULL);
+  if (err != GRPC_CALL_OK) {
+    log_err("grpc: start_batch on %.*s failed (error %d)", (int)GRPC_SLICE_LENGTH(c->details.method),
+            (const char *)GRPC_SLICE_START_PTR(c->details.method), (int)err);
+    return -1;
+  }
+  c->pending++;
+  return 0;
+}
+
+static grpc_byte_buffer *pack(const ProtobufCMessage *msg) {
+  size_t n = protobuf_c_message_get_packed_size(msg);
+  grpc_slice sl = grpc_slice_malloc(n);
+  protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(sl));
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
+  grpc_slice_unref(sl);
+  return bb;
+}
+
+// ---- status and messages ---------------------------------------------------------
+
+static void on_send(srv_tag *t) {
+  srv_call *c = t->c;
+  c->pending--;
+  c->send_busy = 0;
+  if (c->send_buf) grpc_byte_buffer_destroy(c->send_buf);
+  c->send_buf = NULL;
+  if (c->finish_code >= 0) { // a status waited for this message
+    grpc_status_code code = (grpc_status_code)c->finish_code;
+    c->finish_code = -1;
+    char *msg = c->finish_msg;
+    c->finish_msg = NULL;
+    srv_finish(c, code, "%s", msg ? msg : "");
+    free(msg);
+  } else if (c->sent && !c->status_started) {
+    srv_sent_fn fn = c->sent;
+    c->sent = NULL;
+    fn(c, t->ok);
+  }
+  call_settle(c);
+}
+
+static void send_status(srv_call *c, grpc_status_code code, const char *msg, const ProtobufCMessage *reply) {
+  grpc_op ops[3];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  if (!c->md_sent) { // a refused call: a trailers-only answer
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->md_sent = 1;
+  }
+  if (reply) {
+    c->send_buf = pack(reply);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = c->send_buf;
+  }
+  grpc_slice details = grpc_slice_from_copied_string(msg);
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = code;
+  ops[n++].data.send_status_from_server.status_details = &details;
+  c->status_started = 1;
+  c->send_busy = 1;
+  if (call_batch(c, ops, n, &c->t_send)) c->send_busy = 0;
+  grpc_slice_unref(details); // the core copies it in start_batch (libraries.md)
+}
+
+void srv_reply(srv_call *c, const ProtobufCMessage *msg) {
+  if (c->status_started || c->closed) return;
+  send_status(c, GRPC_STATUS_OK, "", msg);
+}
+
+static void vfinish(srv_call *c, grpc_status_code code, const char *fmt, va_list ap) {
+  if (c->status_started || c->closed) return;
+  char msg[1024];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  if (c->send_busy) { // one op of a type at a time: wait for the message in flight
+    c->finish_code = (int)code;
+    free(c->finish_msg);
+    c->finish_msg = strdup(msg);
+    c->status_started = 1;
+    return;
+  }
+  if (code != GRPC_STATUS_OK)
+    log_debug("%.*s: status %d: %s", (int)GRPC_SLICE_LENGTH(c->details.method),
+              (const char *)GRPC_SLICE_START_PTR(c->details.method), (int)code, msg);
+  send_status(c, code, msg, NULL);
+}
+
+void srv_fail(srv_call *c, grpc_status_code code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfinish(c, code, fmt, ap);
+  va_end(ap);
+}
+
+void srv_finish(srv_call *c, grpc_status_code code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfinish(c, code, fmt, ap);
+  va_end(ap);
+}
+
+void srv_send(srv_call *c, const ProtobufCMessage *msg, srv_sent_fn sent) {
+  if (c->status_started || c->closed || c->send_busy) {
+    if (!c->send_busy && sent) sent(c, 0);
+    return;
+  }
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  c->send_buf = pack(msg);
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = c->send_buf;
+  c->sent = sent;
+  c->send_busy = 1;
+  // Alone in its batch, so that its success bit means something (libraries.md).
+  if (call_batch(c, &op, 1, &c->t_send)) {
+    c->send_busy = 0;
+    c->sent = NULL;
+    if (sent) sent(c, 0);
+  }
+}
+
+void srv_on_close(srv_call *c, srv_close_fn fn, void *app) {
+  c->on_close = fn;
+  c->app = app;
+}
+
+void *srv_call_data(const srv_call *c) { return c->s->data; }
+
+void *srv_call_app(const srv_call *c) { return c->app; }
+
+// ---- a call's life ---------------------------------------------------------------
+
+static void on_close(srv_tag *t) {
+  srv_call *c = t->c;
+  c->pending--;
+  c->closed = 1;
+  c->sent = NULL;
+  if (c->on_close) {
+    srv_close_fn fn = c->on_close;
+    c->on_close = NULL;
+    fn(c, c->app);
+  }
+  call_settle(c);
+}
+
+static const char *unpack_error(const srv_method *m) {
+  static char buf[256];
+  snprintf(buf, sizeof buf, "request: not a valid %s message", m->req->name);
+  return buf;
+}
+
+static void on_recv(srv_tag *t) {
+  srv_call *c = t->c;
+  c->pending--;
+  if (!t->ok || !c->recv_buf) {
+    // The client half-closed without a message, or the message broke a limit
+    // (the core then fails the call with RESOURCE_EXHAUSTED itself).
+    if (t->ok) srv_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "request: no request message was sent");
+    call_settle(c);
+    return;
+  }
+  grpc_byte_buffer_reader rd;
+  grpc_slice sl = grpc_empty_slice();
+  if (grpc_byte_buffer_reader_init(&rd, c->recv_buf)) {
+    sl = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+  }
+  c->req = protobuf_c_message_unpack(c->m->req, NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+  grpc_slice_unref(sl);
+  grpc_byte_buffer_destroy(c->recv_buf);
+  c->recv_buf = NULL;
+  if (!c->req) srv_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s", unpack_error(c->m));
+  else if (!c->closed) c->m->handle(c, c->req);
+  call_settle(c);
+}
+
+// Constant time over the token's length, so timing says nothing about it.
+static int token_ok(const srv *s, const grpc_metadata_array *md) {
+  for (size_t i = 0; i < md->count; i++) {
+    const grpc_slice *k = &md->metadata[i].key, *v = &md->metadata[i].value;
+    if (GRPC_SLICE_LENGTH(*k) != 13 || memcmp(GRPC_SLICE_START_PTR(*k), "authorization", 13)) continue;
+    size_t tl = strlen(s->token), vl = GRPC_SLICE_LENGTH(*v);
+    if (vl != tl + 7 || memcmp(GRPC_SLICE_START_PTR(*v), "Bearer ", 7)) return 0;
+    const unsigned char *p = GRPC_SLICE_START_PTR(*v) + 7;
+    unsigned char diff = 0;
+    for (size_t j = 0; j < tl; j++) diff |= (unsigned char)(p[j] ^ (unsigned char)s->token[j]);
+    return diff == 0;
+  }
+  return 0;
+}
+
+static int call_is_local(srv_call *c) {
+  char *peer = grpc_call_get_peer(c->call);
+  int local = peer && !strncmp(peer, "unix:", 5);
+  gpr_free(peer);
+  return local;
+}
+
+static void on_new(srv_tag *t) {
+  srv_call *c = t->c;
+  srv *s = c->s;
+  if (!t->ok) { // the server is shutting down: no call arrived
+    call_free(c);
+    return;
+  }
+  if (!s->stopping) call_arm(s);
+
+  grpc_op close_op;
+  memset(&close_op, 0, sizeof close_op);
+  close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  close_op.data.recv_close_on_server.cancelled = &c->client_cancelled;
+  if (call_batch(c, &close_op, 1, &c->t_close)) {
+    grpc_call_cancel(c->call, NULL);
+    c->closed = 1;
+    call_settle(c);
+    return;
+  }
+
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  size_t len = GRPC_SLICE_LENGTH(c->details.method);
+  const char *path = (const char *)GRPC_SLICE_START_PTR(c->details.method);
+  for (int i = 0; i < s->n_methods; i++)
+    if (strlen(s->methods[i].path) == len && !memcmp(s->methods[i].path, path, len)) c->m = &s->methods[i];
+
+  const char *refuse = NULL;
+  grpc_status_code code = GRPC_STATUS_OK;
+  if (!c->m) {
+    code = GRPC_STATUS_UNIMPLEMENTED;
+    refuse = "method: not served by traind";
+  } else if (!call_is_local(c) && (!s->token || !token_ok(s, &c->md))) {
+    code = GRPC_STATUS_UNAUTHENTICATED;
+    refuse = "authorization: a valid bearer token is required over TCP";
+  } else if (s->stopping) {
+    code = GRPC_STATUS_UNAVAILABLE;
+    refuse = "traind is shutting down";
+  }
+  if (refuse) {
+    if (code == GRPC_STATUS_UNIMPLEMENTED) srv_fail(c, code, "%s: %.*s", refuse, (int)len, path);
+    else srv_fail(c, code, "%s", refuse);
+    return;
+  }
+  ops[1].op = GRPC_OP_RECV_MESSAGE;
+  ops[1].data.recv_message.recv_message = &c->recv_buf;
+  c->md_sent = 1;
+  call_batch(c, ops, 2, &c->t_recv);
+}
+
+static void tag_init(srv_tag *t, srv_call *c, void (*fn)(srv_tag *)) {
+  t->c = c;
+  t->fn = fn;
+  t->ok = 0;
+}
+
+// Waits for the next call with a fresh srv_call.
+static void call_arm(srv *s) {
+  srv_call *c = calloc(1, sizeof *c);
+  if (!c) {
+    log_err("grpc: out of memory for a new call; not accepting calls");
+    return;
+  }
+  c->s = s;
+  c->finish_code = -1;
+  grpc_call_details_init(&c->details);
+  grpc_metadata_array_init(&c->md);
+  tag_init(&c->t_new, c, on_new);
+  tag_init(&c->t_recv, c, on_recv);
+  tag_init(&c->t_send, c, on_send);
+  tag_init(&c->t_close, c, on_close);
+  grpc_call_error err = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq, &c->t_new);
+  if (err != GRPC_CALL_OK) {
+    log_err("grpc: request_call failed (error %d)", (int)err);
+    call_free(c);
+  }
+}
+
+// ---- start and stop ----------------------------------------------------------------
+
+static void on_shutdown(srv_tag *t);
+static void on_thread_done(srv_tag *t);
+static void on_mbox_closed(uv_handle_t *h);
+
+// Tears the core down synchronously, for a start that failed before the cq
+// thread existed.
+static void srv_core_destroy(srv *s) {
+  grpc_server_shutdown_and_notify(s->server, s->cq, NULL);
+  grpc_server_cancel_all_calls(s->server);
+  grpc_completion_queue_shutdown(s->cq);
+  while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_server_destroy(s->server);
+  grpc_completion_queue_destroy(s->cq);
+}
+
+void srv_token_set(srv *s, const char *token) {
+  free(s->token);
+  s->token = token && *token ? strdup(token) : NULL;
+}
+
+static int bind_unix(srv *s, const srv_options *o, char *err, size_t errlen) {
+  // A socket file left by a daemon that died makes the bind fail (libraries.md).
+  struct stat st;
+  if (lstat(o->unix_path, &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      snprintf(err, errlen, "socket %s: exists and is not a socket; refusing to replace it", o->unix_path);
+      return -1;
+    }
+    unlink(o->unix_path);
+  }
+  char addr[4200];
+  snprintf(addr, sizeof addr, "unix:%s", o->unix_path);
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  int port = grpc_server_add_http2_port(s->server, addr, creds);
+  grpc_server_credentials_release(creds);
+  if (port == 0) {
+    snprintf(err, errlen, "socket %s: cannot listen there (is the directory writable?)", o->unix_path);
+    return -1;
+  }
+  return 0;
+}
+
+static int bind_tcp(srv *s, const srv_options *o, char *err, size_t errlen) {
+  grpc_ssl_pem_key_cert_pair pair = {o->tls_key_pem, o->tls_cert_pem};
+  grpc_server_credentials *creds =
+      grpc_ssl_server_credentials_create_ex(NULL, &pair, 1, GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
+  if (!creds) {
+    snprintf(err, errlen, "tcp %s: the TLS certificate or key is not valid PEM", o->tcp_addr);
+    return -1;
+  }
+  int port = grpc_server_add_http2_port(s->server, o->tcp_addr, creds);
+  grpc_server_credentials_release(creds);
+  if (port == 0) {
+    snprintf(err, errlen, "tcp %s: cannot listen there", o->tcp_addr);
+    return -1;
+  }
+  log_info("listening on tcp %s (port %d, TLS, bearer token)", o->tcp_addr, port);
+  return 0;
+}
+
+int srv_start(srv **out, uv_loop_t *loop, const srv_options *o, char *err, size_t errlen) {
+  srv *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  s->loop = loop;
+  s->methods = o->methods;
+  s->n_methods = o->n_methods;
+  s->data = o->data;
+  s->t_shutdown = (srv_tag){.fn = on_shutdown, .s = s};
+  s->t_thread_done = (srv_tag){.fn = on_thread_done, .s = s};
+
+  grpc_arg args[2] = {
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = o->max_message_bytes}},
+      // Streams stay open for hours (watch): keep idle connections alive.
+      {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}},
+  };
+  grpc_channel_args ch = {2, args};
+  s->server = grpc_server_create(&ch, NULL);
+  s->cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(s->server, s->cq, NULL);
+  if (bind_unix(s, o, err, errlen) || (o->tcp_addr && bind_tcp(s, o, err, errlen))) goto fail;
+  // The core creates the socket with the process umask; the mode is ours.
+  if (chmod(o->unix_path, o->unix_mode)) {
+    snprintf(err, errlen, "socket %s: chmod %o: %s", o->unix_path, o->unix_mode, strerror(errno));
+    goto fail;
+  }
+  if (mbox_init(&s->mb, loop, on_mbox, s)) {
+    snprintf(err, errlen, "cannot create the loop's wakeup handle");
+    goto fail;
+  }
+  grpc_server_start(s->server);
+  if (uv_thread_create(&s->thread, cq_thread, s)) {
+    snprintf(err, errlen, "cannot start the completion-queue thread");
+    srv_core_destroy(s);
+    mbox_close(&s->mb, on_mbox_closed); // frees s
+    return -1;
+  }
+  for (int i = 0; i < 8; i++) call_arm(s); // a few calls can arrive at once
+  *out = s;
+  return 0;
+fail:
+  srv_core_destroy(s);
+  free(s);
+  return -1;
+}
+
+void srv_stop(srv *s, void (*done)(void *arg), void *arg) {
+  s->stopping = 1;
+  s->done = done;
+  s->done_arg = arg;
+  grpc_server_shutdown_and_notify(s->server, s->cq, &s->t_shutdown);
+  grpc_server_cancel_all_calls(s->server);
+}
+
+static void on_shutdown(srv_tag *t) {
+  srv *s = t->s;
+  grpc_server_destroy(s->server);
+  s->server = NULL;
+  grpc_completion_queue_shutdown(s->cq); // the thread leaves once the queue is empty
+}
+
+static void on_mbox_closed(uv_handle_t *h) {
+  mbox *b = h->data;
+  srv *s = b->data;
+  void (*done)(void *) = s->done;
+  void *arg = s->done_arg;
+  free(s->token);
+  free(s);
+  if (done) done(arg);
+}
+
+static void on_thread_done(srv_tag *t) {
+  srv *s = t->s;
+  uv_thread_join(&s->thread);
+  grpc_completion_queue_destroy(s->cq);
+  mbox_close(&s->mb, on_mbox_closed);
+}

@@ -1,0 +1,70 @@
+// The gRPC server over the C core, driven from the libuv loop (DESIGN §5,
+// libraries.md): one completion queue drained by a dedicated thread that
+// posts every finished operation to the loop through an mbox; every grpc_*
+// call is made on the loop thread. A call reaches its method's handler on
+// the loop with its request message decoded; the handler answers at once or
+// later (srv_reply / srv_fail), or streams (srv_send ... srv_finish).
+#ifndef TRAIND_SERVER_H
+#define TRAIND_SERVER_H
+
+#include <grpc/grpc.h>
+#include <grpc/status.h>
+#include <protobuf-c/protobuf-c.h>
+#include <uv.h>
+
+typedef struct srv srv;
+typedef struct srv_call srv_call;
+
+typedef struct srv_method {
+  const char *path;                         // "/traind.v1.Trainer/SubmitJob"
+  const ProtobufCMessageDescriptor *req;    // its request type
+  // Loop thread. req is decoded and belongs to the call, which frees it
+  // with protobuf_c_message_free_unpacked: a handler may take a submessage
+  // by setting its pointer to NULL.
+  void (*handle)(srv_call *c, ProtobufCMessage *req);
+} srv_method;
+
+typedef struct srv_options {
+  const char *unix_path;    // socket file; replaced when stale, then chmod'ed to unix_mode
+  unsigned unix_mode;
+  const char *tcp_addr;     // "host:port" or NULL; needs TLS and a token
+  const char *tls_cert_pem; // contents, not paths
+  const char *tls_key_pem;
+  int max_message_bytes;    // largest request accepted (RESOURCE_EXHAUSTED above)
+  const srv_method *methods;
+  int n_methods;
+  void *data;               // srv_call_data() returns it
+} srv_options;
+
+// Binds and starts serving. Fills err (naming the address) on failure.
+int srv_start(srv **out, uv_loop_t *loop, const srv_options *o, char *err, size_t errlen);
+// The bearer token that calls over TCP must carry ("authorization: Bearer
+// T"); calls over the Unix socket are trusted by its file mode. Copied.
+void srv_token_set(srv *s, const char *token);
+// Cancels every call (open streams end with UNAVAILABLE), stops listening,
+// and calls done on the loop once the core is quiet and the thread joined.
+void srv_stop(srv *s, void (*done)(void *arg), void *arg);
+
+void *srv_call_data(const srv_call *c);
+
+// Unary answers: a message and OK, or a status and a message. The message
+// is formatted like printf; it should start with the field or the input
+// at fault. Either ends the call for the handler.
+void srv_reply(srv_call *c, const ProtobufCMessage *msg);
+void srv_fail(srv_call *c, grpc_status_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// Streaming: one message in flight at a time; sent(c, ok) runs when the
+// core took it (ok = 0: the client is gone). srv_finish ends the stream
+// (after the message in flight, if any).
+typedef void (*srv_sent_fn)(srv_call *c, int ok);
+void srv_send(srv_call *c, const ProtobufCMessage *msg, srv_sent_fn sent);
+void srv_finish(srv_call *c, grpc_status_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// A handler that keeps a call past its handle() sets on_close: it runs once
+// when the call is over (finished, cancelled, or the client went away), and
+// from then on the handler must not use c. app is the handler's state.
+typedef void (*srv_close_fn)(srv_call *c, void *app);
+void srv_on_close(srv_call *c, srv_close_fn fn, void *app);
+void *srv_call_app(const srv_call *c);
+
+#endif

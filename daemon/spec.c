@@ -1,0 +1,153 @@
+#include "spec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define T(x) Traind__V1__##x   // types
+#define K(x) TRAIND__V1__##x   // constants
+
+static int fail(val_err *e, grpc_status_code code, const char *field, const char *msg) {
+  e->code = code;
+  snprintf(e->msg, sizeof e->msg, "%s: %s", field, msg);
+  return -1;
+}
+
+void spec_config_from_pb(const T(ModelConfig) *m, eng_config *c) {
+  memset(c, 0, sizeof *c);
+  c->arch = m->arch == K(ARCH__ARCH_QWEN2) ? ENG_ARCH_QWEN2 : m->arch == K(ARCH__ARCH_QWEN3) ? ENG_ARCH_QWEN3 : ENG_ARCH_LLAMA;
+  c->vocab = m->vocab_size;
+  c->d_model = m->hidden_size;
+  c->n_layers = m->num_hidden_layers;
+  c->n_heads = m->num_attention_heads;
+  c->n_kv_heads = m->num_key_value_heads ? m->num_key_value_heads : m->num_attention_heads;
+  c->head_dim = m->head_dim ? m->head_dim : m->hidden_size / m->num_attention_heads;
+  c->d_ff = m->intermediate_size;
+  c->max_pos = m->max_position_embeddings ? m->max_position_embeddings : 4096;
+  c->rope_theta = m->rope_theta > 0 ? m->rope_theta : 10000.0f;
+  c->rms_eps = m->rms_norm_eps > 0 ? m->rms_norm_eps : 1e-6f;
+  c->init_std = m->initializer_range > 0 ? m->initializer_range : 0.02f;
+  c->tie_embeddings = m->tie_word_embeddings;
+  // The architecture decides these (as in transformers' model classes).
+  c->qkv_bias = c->arch == ENG_ARCH_QWEN2;
+  c->qk_norm = c->arch == ENG_ARCH_QWEN3;
+}
+
+void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
+  traind__v1__model_config__init(m);
+  m->arch = c->arch == ENG_ARCH_QWEN2 ? K(ARCH__ARCH_QWEN2) : c->arch == ENG_ARCH_QWEN3 ? K(ARCH__ARCH_QWEN3) : K(ARCH__ARCH_LLAMA);
+  m->vocab_size = c->vocab;
+  m->hidden_size = c->d_model;
+  m->num_hidden_layers = c->n_layers;
+  m->num_attention_heads = c->n_heads;
+  m->num_key_value_heads = c->n_kv_heads;
+  m->head_dim = c->head_dim;
+  m->intermediate_size = c->d_ff;
+  m->max_position_embeddings = c->max_pos;
+  m->rope_theta = c->rope_theta;
+  m->rms_norm_eps = c->rms_eps;
+  m->initializer_range = c->init_std;
+  m->tie_word_embeddings = c->tie_embeddings;
+}
+
+int spec_model_config(const T(JobSpec) *s, const val_roots *roots, eng_config *c, val_err *e) {
+  eng_err ee = {0};
+  if (s->model->source_case == K(MODEL_SPEC__SOURCE_CONFIG)) {
+    spec_config_from_pb(s->model->config, c);
+    if (eng_config_validate(c, "spec.model.config", &ee)) return fail(e, GRPC_STATUS_INVALID_ARGUMENT, "spec.model.config", ee.msg);
+    return 0;
+  }
+  char *dir;
+  if (val_path(s->model->hf_dir, "spec.model.hf_dir", 1, roots, &dir, e)) return -1;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  free(dir);
+  if (eng_config_load(path, c, &ee)) return fail(e, GRPC_STATUS_INVALID_ARGUMENT, "spec.model.hf_dir", ee.msg);
+  return 0;
+}
+
+static float opt_or(int set, float v, float dflt) { return set ? v : dflt; }
+
+void spec_plan_free(spec_plan *p) {
+  free(p->model_dir);
+  free(p->train_path);
+  free(p->eval_path);
+  memset(p, 0, sizeof *p);
+}
+
+int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_defaults *d, const val_roots *roots,
+                    spec_plan *p, val_err *e) {
+  memset(p, 0, sizeof *p);
+  eng_spec *g = &p->eng;
+  eng_spec_defaults(g);
+  const T(TrainingSpec) *t = s->training;
+  if (t->seq_len > c->max_pos) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%d is longer than the model's max_position_embeddings (%d)", t->seq_len, c->max_pos);
+    return fail(e, GRPC_STATUS_INVALID_ARGUMENT, "spec.training.seq_len", msg);
+  }
+  g->config = *c;
+  g->seed = s->seed;
+  g->seq_len = t->seq_len;
+  g->batch = t->batch_size;
+  g->micro_batches = t->micro_batches ? t->micro_batches : 1;
+  int64_t per_step = (int64_t)t->batch_size * t->seq_len;
+  p->total_steps = t->budget_case == K(TRAINING_SPEC__BUDGET_STEPS) ? t->steps : (t->tokens + per_step - 1) / per_step;
+  g->total_steps = (int)p->total_steps;
+  g->warmup_steps = t->warmup_steps;
+  g->optimizer = ENG_OPT_ADAMW;
+  g->lr = t->lr;
+  g->min_lr = t->schedule == K(LR_SCHEDULE__LR_SCHEDULE_CONSTANT) ? t->lr : opt_or(t->min_lr_opt_case, t->min_lr, t->lr / 10);
+  g->beta1 = opt_or(t->beta1_opt_case, t->beta1, g->beta1);
+  g->beta2 = opt_or(t->beta2_opt_case, t->beta2, g->beta2);
+  g->eps = opt_or(t->eps_opt_case, t->eps, g->eps);
+  g->weight_decay = opt_or(t->weight_decay_opt_case, t->weight_decay, g->weight_decay);
+  g->clip = opt_or(t->clip_opt_case, t->clip_norm, g->clip);
+
+  const T(DataSpec) *dt = s->data;
+  g->eval_every = dt->eval_every;
+  g->eval_batches = dt->eval_batches ? dt->eval_batches : 4;
+
+  const T(CheckpointSpec) *ck = s->checkpoints;
+  p->ckpt_every = ck && ck->every_steps ? ck->every_steps : d->ckpt_every;
+  p->ckpt_keep = ck && ck->keep ? ck->keep : d->ckpt_keep;
+
+  const T(DeviceSpec) *dv = s->device;
+  g->device_cap = (size_t)(dv && dv->memory_bytes ? dv->memory_bytes : d->cpu_memory_bytes);
+  g->ckpt_every = dv && dv->recompute_every ? dv->recompute_every : 1;
+  g->ckpt_place = !dv                                                       ? ENG_PLACE_DEVICE
+                  : dv->boundaries == K(PLACEMENT__PLACEMENT_HOST)  ? ENG_PLACE_HOST
+                  : dv->boundaries == K(PLACEMENT__PLACEMENT_STORE) ? ENG_PLACE_STORE
+                                                                    : ENG_PLACE_DEVICE;
+  if (dv && dv->target_case == K(DEVICE_SPEC__TARGET_GPU))
+    return fail(e, GRPC_STATUS_FAILED_PRECONDITION, "spec.device.gpu", "this build's engine has no GPU backend; use cpu");
+
+  eng_err ee = {0};
+  size_t need;
+  // Sizing needs no files: without them the engine must not expect an
+  // eval set either.
+  eng_spec sizing = *g;
+  sizing.eval_every = 0;
+  if (eng_spec_device_bytes(&sizing, &need, &ee)) {
+    e->code = GRPC_STATUS_INVALID_ARGUMENT;
+    snprintf(e->msg, sizeof e->msg, "%s%s", strncmp(ee.msg, "spec", 4) ? "spec: " : "", ee.msg);
+    return -1;
+  }
+  if (need > g->device_cap) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "the job needs %zu bytes of device arena and the cap is %zu", need, g->device_cap);
+    return fail(e, GRPC_STATUS_INVALID_ARGUMENT, "spec.device.memory_bytes", msg);
+  }
+  if (!roots) return 0;
+  if ((s->model->source_case == K(MODEL_SPEC__SOURCE_HF_DIR) &&
+       val_path(s->model->hf_dir, "spec.model.hf_dir", 1, roots, &p->model_dir, e)) ||
+      val_path(dt->train_path, "spec.data.train_path", 0, roots, &p->train_path, e) ||
+      (*dt->eval_path && val_path(dt->eval_path, "spec.data.eval_path", 0, roots, &p->eval_path, e))) {
+    spec_plan_free(p);
+    return -1;
+  }
+  g->model_dir = p->model_dir;
+  g->train_path = p->train_path;
+  g->eval_path = p->eval_path;
+  return 0;
+}

@@ -1,0 +1,136 @@
+// The daemon's state, owned by the loop thread (DESIGN §5): the job table
+// and its indexes, the queue, the runner, the server. Other threads reach it
+// only through mboxes. Modules:
+//   jobs.c     the table, job records in storage, job -> proto
+//   events.c   a job's event log and the watchers waiting on it
+//   sched.c    the queue, starting/stopping jobs on the runner, its reports
+//   runner.c   the runner thread that drives the engine
+//   api_*.c    the gRPC methods
+//   retention.c, notify.c, main.c
+#ifndef TRAIND_TRAIND_H
+#define TRAIND_TRAIND_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "engine.h"
+#include "server.h"
+#include "storage/store.h"
+#include "strmap.h"
+#include "traind/v1/traind.pb-c.h"
+
+#define TRAIND_VERSION "0.1.0"
+
+typedef Traind__V1__JobState job_state;
+#define JS(x) TRAIND__V1__JOB_STATE__JOB_STATE_##x
+
+typedef struct watch watch;
+typedef struct runner runner;
+
+typedef struct job {
+  char id[STORE_JOB_MAX + 1];
+  char *request_id;             // NULL when the submission had none
+  Traind__V1__JobSpec *spec;    // as submitted (protobuf-c allocated, owned)
+  int32_t priority;
+  int preempt;
+  job_state state;
+  int64_t created_ms, started_ms, finished_ms;
+  int64_t order;                // queue position key: priority, then submission time
+  Traind__V1__Progress progress; // scalars only; phases in `phases`
+  Traind__V1__Phases phases;
+  int64_t ckpt_step;            // -1: none
+  char *error;                  // NULL unless FAILED
+  uint64_t last_seq;
+  int32_t attempts;
+  char device[16];
+  eng_config model;
+  int64_t params;
+  // ---- runtime only ----
+  watch *watchers;              // parked watchers, woken by a new event
+  int64_t last_step_event_ms;   // when the last StepMetrics event was recorded
+  double step_s;                // smoothed seconds per step, for the ETA
+  struct job *qprev, *qnext;    // the queue (only while QUEUED)
+  int queued;
+} job;
+
+typedef struct traind {
+  uv_loop_t *loop;
+  char *config_path;            // NULL: none
+  cfg cfg, over;                // effective config; command-line overrides
+  char *token;                  // bearer token for TCP (from token_file)
+  store *st;
+  srv *srv;
+  runner *cpu;                  // the one runner until the engine has a GPU backend
+  strmap by_id, by_request;
+  job **all;                    // every job, ascending id (= submission order)
+  size_t n_all, cap_all;
+  job *qhead, *qtail;           // queued jobs, in order
+  int n_queued;
+  int64_t last_id_us;           // ids are strictly increasing
+  int64_t started_ms;
+  int draining;                 // SIGTERM seen: no new jobs, stop the running one
+  uv_signal_t sig_term, sig_int, sig_hup;
+  uv_timer_t t_retention, t_watchdog, t_drain;
+} traind;
+
+int64_t now_ms(void);
+
+// ---- jobs.c ----
+job *job_find(traind *d, const char *id);
+// A new QUEUED job from a validated request (takes its spec). Not yet saved.
+job *job_new(traind *d, Traind__V1__SubmitJobRequest *req, const eng_config *model);
+// Adds to the table and indexes; -1 when out of memory.
+int job_insert(traind *d, job *j);
+// Writes the record (synced). Returns 0 or a negative code with e filled.
+int job_save(traind *d, job *j, eng_err *e);
+// Removes from memory and from storage (record, events, checkpoints).
+int job_delete(traind *d, job *j, eng_err *e);
+// Loads every job from storage at startup.
+int jobs_load(traind *d, eng_err *e);
+void jobs_free(traind *d);
+int job_finished(const job *j);
+// The public view, borrowing the job's strings and spec and the caller's two
+// buffers (pack it, never free it). with_spec = 0 leaves spec NULL.
+void job_pb(const job *j, int with_spec, Traind__V1__Job *out, Traind__V1__ModelConfig *model_buf,
+            Traind__V1__Progress *progress_buf);
+// The canonical bytes of the submission (request_id left out), to compare
+// an idempotent retry with. malloc'd.
+uint8_t *job_submission_bytes(const Traind__V1__SubmitJobRequest *r, size_t *n);
+uint8_t *job_own_submission_bytes(const job *j, size_t *n);
+
+// ---- events.c ----
+// Appends an event (synced) and wakes the job's watchers.
+int event_state(traind *d, job *j, const char *reason);
+int event_step(traind *d, job *j, const eng_metrics *m);
+int event_checkpoint(traind *d, job *j, int64_t step);
+int event_log(traind *d, job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// The job's parked watchers (api_watch.c): wake them after an event, end
+// them when the job is deleted.
+void events_wake(traind *d, job *j);
+void events_job_gone(traind *d, job *j);
+
+// ---- sched.c ----
+void sched_enqueue(traind *d, job *j);
+void sched_dequeue(traind *d, job *j);
+// Starts the next queued job when the runner is idle (not while draining).
+void sched_kick(traind *d);
+// Sets the state, records the event and saves the record.
+int sched_set_state(traind *d, job *j, job_state st, const char *reason);
+// Cancels a queued or running job (returns a status message on refusal).
+int sched_cancel(traind *d, job *j, const char **refusal);
+// A new job asked to preempt: checkpoint and requeue a lower-priority one.
+void sched_preempt_for(traind *d, job *j);
+// SIGTERM: stop the running job with a checkpoint; done() when idle.
+void sched_drain(traind *d, void (*done)(traind *d));
+int sched_start(traind *d);
+void sched_stop(traind *d);
+const char *sched_running_id(traind *d);
+
+// ---- retention.c ----
+void retention_run(traind *d);
+
+// ---- notify.c ----
+void notify_status(traind *d);
+
+#endif

@@ -1,0 +1,115 @@
+// Scheduling against a real daemon: priority then first come first served;
+// a job submitted with preempt checkpoints and requeues a running job of
+// lower priority, which later resumes from that checkpoint; cancel of a
+// queued job and of a running one (within one layer's compute); retention
+// of finished jobs by count; SIGHUP rereads the config file.
+#define _GNU_SOURCE
+#include "e2e/daemon.h"
+
+#define K(x) TRAIND__V1__##x
+
+static td t;
+
+static Traind__V1__Job *get(const char *id) {
+  Traind__V1__Job *j = td_get(&t, id);
+  CHECK(j, "job %s is gone", id);
+  return j;
+}
+
+static int64_t started(const char *id) {
+  Traind__V1__Job *j = get(id);
+  int64_t s = j->started_ms;
+  protobuf_c_message_free_unpacked(&j->base, NULL);
+  return s;
+}
+
+static void wait_state(const char *id, int state, double timeout_s) {
+  double t0 = td_now();
+  for (;;) {
+    Traind__V1__Job *j = get(id);
+    int s = j->state;
+    protobuf_c_message_free_unpacked(&j->base, NULL);
+    if (s == state) return;
+    CHECK(td_now() - t0 < timeout_s, "job %s did not reach state %d within %.0f s (it is %d)", id, state, timeout_s, s);
+    usleep(2000);
+  }
+}
+
+int main(void) {
+  td_init(&t);
+  td_arg(&t, "--set");
+  td_arg(&t, "retention_jobs=5");
+  td_start(&t);
+  const char *lng = td_jobfile("long.yaml", 1000000, 25, NULL);
+  const char *shrt = td_jobfile("short.yaml", 5, 5, NULL);
+  char a[80], b[80], c[80], d[80], e[80], p[80];
+  snprintf(a, sizeof a, "%s", td_submit(&t, lng, NULL));
+  td_wait_step(&t, a, 30, 60);
+  snprintf(b, sizeof b, "%s", td_submit(&t, shrt, "--priority 0"));
+  snprintf(c, sizeof c, "%s", td_submit(&t, shrt, "--priority 5"));
+  snprintf(d, sizeof d, "%s", td_submit(&t, shrt, "--priority 0"));
+  snprintf(e, sizeof e, "%s", td_submit(&t, shrt, "--priority -1"));
+
+  // Cancel a queued job.
+  CHECK(td_ctl(&t, NULL, 0, "cancel %s", e) == 0, "cancel queued %s", e);
+  wait_state(e, K(JOB_STATE__JOB_STATE_CANCELLED), 1);
+
+  // Preempt: A (priority 0) checkpoints and goes back to the queue.
+  snprintf(p, sizeof p, "%s", td_submit(&t, shrt, "--priority 10 --preempt"));
+  Traind__V1__Job *jp = td_wait_done(&t, p, 60);
+  CHECK(jp->state == K(JOB_STATE__JOB_STATE_SUCCEEDED), "preempting job ended %d", jp->state);
+  protobuf_c_message_free_unpacked(&jp->base, NULL);
+  char logs[1 << 17];
+  td_logs(&t, a, logs, sizeof logs);
+  CHECK(strstr(logs, "QUEUED: preempted by job"), "A was not requeued by the preemption:\n%.2000s", logs);
+
+  // C (priority 5) runs before A resumes; A resumes from its checkpoint.
+  wait_state(c, K(JOB_STATE__JOB_STATE_SUCCEEDED), 60);
+  wait_state(a, K(JOB_STATE__JOB_STATE_RUNNING), 60);
+  Traind__V1__Job *ja = get(a);
+  CHECK(ja->attempts == 2, "A started %d times", ja->attempts);
+  protobuf_c_message_free_unpacked(&ja->base, NULL);
+  td_wait_step(&t, a, 1, 60);
+  td_logs(&t, a, logs, sizeof logs);
+  const char *r = strstr(logs, "resumed from the checkpoint at step ");
+  CHECK(r && atol(r + strlen("resumed from the checkpoint at step ")) >= 30, "A did not resume from the preemption's "
+        "checkpoint:\n%.3000s", logs);
+
+  // Cancel the running A: within one layer, so well within a second.
+  double t0 = td_now();
+  CHECK(td_ctl(&t, NULL, 0, "cancel %s", a) == 0, "cancel running %s", a);
+  wait_state(a, K(JOB_STATE__JOB_STATE_CANCELLED), 5);
+  double took = td_now() - t0;
+  CHECK(took < 1.0, "cancelling a running job took %.3f s", took);
+  printf("preempted and resumed; cancel of a running job took %.1f ms\n", took * 1e3);
+
+  // B then D (same priority, submission order).
+  wait_state(d, K(JOB_STATE__JOB_STATE_SUCCEEDED), 60);
+  wait_state(b, K(JOB_STATE__JOB_STATE_SUCCEEDED), 60);
+  CHECK(started(p) < started(c) && started(c) < started(b) && started(b) <= started(d),
+        "order: P %lld, C %lld, B %lld, D %lld", (long long)started(p), (long long)started(c), (long long)started(b),
+        (long long)started(d));
+  printf("order: preempting job, then priority 5, then priority 0 in submission order\n");
+
+  // Retention: 6 finished jobs, 5 kept; the oldest (A) is gone.
+  CHECK(td_get(&t, a) == NULL, "retention kept the oldest finished job");
+  Traind__V1__Job *jb = get(b);
+  protobuf_c_message_free_unpacked(&jb->base, NULL);
+  printf("retention: the 5 newest finished jobs kept\n");
+
+  // SIGHUP: a new default checkpoint interval applies to the next job.
+  FILE *f = fopen(t.conf, "w");
+  fprintf(f, "checkpoint_every = 3\n");
+  fclose(f);
+  kill(t.pid, SIGHUP);
+  usleep(300000);
+  char id[80];
+  snprintf(id, sizeof id, "%s", td_submit(&t, shrt, "--steps 7 --checkpoint-every 0"));
+  wait_state(id, K(JOB_STATE__JOB_STATE_SUCCEEDED), 60);
+  td_logs(&t, id, logs, sizeof logs);
+  CHECK(strstr(logs, "checkpoint at step 3") && strstr(logs, "checkpoint at step 6") && strstr(logs, "checkpoint at step 7"),
+        "the reloaded checkpoint_every did not apply:\n%s", logs);
+  printf("SIGHUP: checkpoint_every = 3 applied to the next job\n");
+  td_finish(&t);
+  return 0;
+}
