@@ -3,6 +3,8 @@
 
 #include "model/safetensors.h"
 
+#include "common/bf16.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -45,25 +47,6 @@ static float f32_from_bits(uint32_t u) {
   float f;
   memcpy(&f, &u, sizeof f);
   return f;
-}
-
-static uint32_t bits_from_f32(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-// bf16 is the upper half of an fp32.
-static float bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
-
-// Round to nearest, ties to even, by adding just under half an ulp plus the
-// lowest kept bit. NaN is handled apart: the rounding add could carry its
-// payload into the exponent, and truncating could drop every payload bit and
-// leave infinity, so it keeps its sign and becomes the quiet NaN.
-static uint16_t f32_to_bf16(float f) {
-  uint32_t u = bits_from_f32(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 // IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Every half is
@@ -339,7 +322,7 @@ int eng_st_read_f32(const eng_st_file *f, const eng_st_tensor *t, float *out, en
     for (size_t i = 0; i < t->numel; i++) {
       uint16_t h;
       memcpy(&h, p + 2 * i, sizeof h);
-      out[i] = t->dtype == ENG_ST_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+      out[i] = t->dtype == ENG_ST_BF16 ? eng_bf16_to_f32(h) : f16_to_f32(h);
     }
     return ENG_OK;
   default:
@@ -440,7 +423,7 @@ static int write_data(eng_afile *af, const eng_st_src *t, uint16_t *buf, size_t 
   const float *x = t->data;
   for (size_t at = 0; at < numel; at += buf_len) {
     size_t k = numel - at < buf_len ? numel - at : buf_len;
-    for (size_t i = 0; i < k; i++) buf[i] = f32_to_bf16(x[at + i]);
+    for (size_t i = 0; i < k; i++) buf[i] = eng_bf16_from_f32(x[at + i]);
     int rc = eng_afile_write(af, buf, k * sizeof *buf, e);
     if (rc) return rc;
   }
