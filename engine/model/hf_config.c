@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json_kind.h"
 #include "kernels/kernels.h"
 #include "model/atomic_file.h"
 
@@ -31,19 +32,6 @@ const char *eng_arch_name(eng_arch a) {
   return (unsigned)a < N_ARCHS ? archs[a].model_type : "unknown";
 }
 
-static const char *json_kind(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT: return "an object";
-  case JSON_ARRAY: return "an array";
-  case JSON_STRING: return "a string";
-  case JSON_INTEGER: return "an integer";
-  case JSON_REAL: return "a real number";
-  case JSON_TRUE:
-  case JSON_FALSE: return "a boolean";
-  default: return "null";
-  }
-}
-
 // ---- typed field access ----------------------------------------------------
 // Each getter leaves *out untouched when the field is absent or null, so the
 // caller sets the default first. `key` is the name printed in messages.
@@ -51,7 +39,7 @@ static const char *json_kind(const json_t *v) {
 static int wrong_type(const char *path, const char *key, const char *want, const json_t *v,
                       eng_err *e) {
   return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" must be %s, got %s", path, key, want,
-                     json_kind(v));
+                     eng_json_kind(v));
 }
 
 static int get_int(const json_t *obj, const char *path, const char *key, int *out, eng_err *e) {
@@ -304,7 +292,7 @@ int eng_config_load(const char *path, eng_config *c, eng_err *e) {
   }
   int rc = json_is_object(root) ? parse(root, path, c, e)
                                 : eng_err_set(e, ENG_EINVAL, "%s: must hold a JSON object, not %s",
-                                              path, json_kind(root));
+                                              path, eng_json_kind(root));
   json_decref(root);
   return rc;
 }

@@ -3,8 +3,6 @@
 
 #include "model/safetensors.h"
 
-#include "common/bf16.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -15,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/bf16.h"
+#include "common/json_kind.h"
 #include "model/atomic_file.h"
 
 // Tensor bytes are little-endian; reading and writing them with memcpy is
@@ -64,24 +64,11 @@ static float f16_to_f32(uint16_t h) {
 
 // ---- reader ------------------------------------------------------------------------
 
-static const char *kind(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT: return "an object";
-  case JSON_ARRAY: return "an array";
-  case JSON_STRING: return "a string";
-  case JSON_INTEGER: return "an integer";
-  case JSON_REAL: return "a real number";
-  case JSON_TRUE:
-  case JSON_FALSE: return "a boolean";
-  default: return "null";
-  }
-}
-
 static int parse_dtype(const char *path, const char *name, const json_t *v, eng_st_dtype *out,
                        eng_err *e) {
   if (!json_is_string(v))
     return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\": field \"dtype\" must be a string, got %s",
-                       path, name, kind(v));
+                       path, name, eng_json_kind(v));
   const char *s = json_string_value(v);
   for (int d = 0; d < N_DTYPES; d++)
     if (strcmp(s, dtypes[d].name) == 0) {
@@ -103,7 +90,7 @@ static int parse_shape(const char *path, const char *name, const json_t *v, eng_
                        eng_err *e) {
   if (!json_is_array(v))
     return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\": field \"shape\" must be an array, got %s",
-                       path, name, kind(v));
+                       path, name, eng_json_kind(v));
   if (json_array_size(v) > ENG_ST_MAX_DIMS)
     return eng_err_set(e, ENG_ENOTSUP,
                        "%s: tensor \"%s\": field \"shape\" has %zu dimensions, "
@@ -157,7 +144,7 @@ static int parse_tensor(const eng_st_file *f, const char *name, const json_t *v,
                         eng_err *e) {
   if (!json_is_object(v))
     return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" must be an object, got %s", f->path, name,
-                       kind(v));
+                       eng_json_kind(v));
   static const char *const fields[] = {"dtype", "shape", "data_offsets"};
   for (int i = 0; i < 3; i++)
     if (!json_object_get(v, fields[i]))
@@ -173,13 +160,13 @@ static int parse_tensor(const eng_st_file *f, const char *name, const json_t *v,
 static int parse_metadata(const char *path, const json_t *v, eng_err *e) {
   if (!json_is_object(v))
     return eng_err_set(e, ENG_EINVAL, "%s: field \"__metadata__\" must be an object, got %s", path,
-                       kind(v));
+                       eng_json_kind(v));
   const char *key;
   const json_t *val;
   json_object_foreach((json_t *)v, key, val) {
     if (!json_is_string(val))
       return eng_err_set(e, ENG_EINVAL, "%s: field \"__metadata__.%s\" must be a string, got %s",
-                         path, key, kind(val));
+                         path, key, eng_json_kind(val));
   }
   return ENG_OK;
 }
@@ -227,7 +214,7 @@ static int parse_header(eng_st_file *f, size_t header_len, eng_err *e) {
                        jerr.column, jerr.text);
   if (!json_is_object(f->header))
     return eng_err_set(e, ENG_EINVAL, "%s: header must be a JSON object, got %s", f->path,
-                       kind(f->header));
+                       eng_json_kind(f->header));
   size_t n = json_object_size(f->header);
   const json_t *meta = json_object_get(f->header, "__metadata__");
   if (meta) {
