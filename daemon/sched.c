@@ -172,6 +172,9 @@ static void on_step(traind *d, job *j, const eng_metrics *m) {
       !isnan(m->eval_loss) || m->skipped) {
     j->last_step_event_ms = now;
     event_step(d, j, m);
+    if (m->skipped)
+      event_log(d, j, "warning: step %lld skipped its update: non-finite loss or gradients (loss %g, gradient norm %g)",
+                (long long)m->step, m->loss, m->grad_norm);
     notify_status(d);
   }
 }

@@ -95,7 +95,9 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
   p->total_steps = t->budget_case == K(TRAINING_SPEC__BUDGET_STEPS) ? t->steps : (t->tokens + per_step - 1) / per_step;
   g->total_steps = (int)p->total_steps;
   g->warmup_steps = t->warmup_steps;
-  g->optimizer = ENG_OPT_ADAMW;
+  g->optimizer = t->optimizer == K(OPTIMIZER__OPTIMIZER_ADAMW) ? ENG_OPT_ADAMW : ENG_OPT_ADAMW8;
+  g->grad_dtype = t->grad_fp32 ? ENG_GRAD_F32 : ENG_GRAD_BF16;
+  g->clip_lagged = t->clip_lagged;
   g->lr = t->lr;
   g->min_lr = t->schedule == K(LR_SCHEDULE__LR_SCHEDULE_CONSTANT) ? t->lr : opt_or(t->min_lr_opt_case, t->min_lr, t->lr / 10);
   g->beta1 = opt_or(t->beta1_opt_case, t->beta1, g->beta1);

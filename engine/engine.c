@@ -14,8 +14,9 @@
 #include "model/hf_io.h"
 #include "model/model.h"
 #include "optim/adamw.h"
+#include "optim/adamw8.h"
 
-enum { MAX_NONFINITE_STREAK = 3, META_VERSION = 1 };
+enum { MAX_NONFINITE_STREAK = 3, META_VERSION = 2 };
 
 struct eng_run {
   eng_spec spec;          // strings below are owned copies
@@ -28,6 +29,7 @@ struct eng_run {
   int64_t step;           // steps taken (updates + skipped)
   int64_t updates;        // updates applied (AdamW's t)
   int nonfinite_streak;
+  float lag_scale;        // clip_lagged: the factor the next step uses (NAN before the first)
   double last_eval;
   uint64_t last_in, last_out;
 };
@@ -39,7 +41,8 @@ void eng_spec_defaults(eng_spec *s) {
   s->seq_len = 256;
   s->batch = 8;
   s->micro_batches = 1;
-  s->optimizer = ENG_OPT_ADAMW;
+  s->optimizer = ENG_OPT_ADAMW8;
+  s->grad_dtype = ENG_GRAD_BF16;
   s->lr = 3e-4f;
   s->min_lr = 3e-5f;
   s->beta1 = 0.9f;
@@ -73,7 +76,8 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
     BAD("ckpt_place store needs a spill store with activation entries");
   if (s->keep_acts && (s->ckpt_every != 1 || s->ckpt_place != ENG_PLACE_DEVICE))
     BAD("keep_acts needs ckpt_every 1 with checkpoints on the device");
-  if (s->optimizer != ENG_OPT_ADAMW) BAD("unknown optimizer %d", s->optimizer);
+  if (s->optimizer != ENG_OPT_ADAMW && s->optimizer != ENG_OPT_ADAMW8) BAD("unknown optimizer %d", s->optimizer);
+  if (s->grad_dtype != ENG_GRAD_BF16 && s->grad_dtype != ENG_GRAD_F32) BAD("unknown grad_dtype %d", s->grad_dtype);
   if (s->eval_every < 0 || (s->eval_every > 0 && !s->eval_path)) BAD("eval_every needs an eval_path");
   if (s->eval_batches < 1) BAD("eval_batches must be positive");
   return 0;
@@ -94,7 +98,8 @@ static int spec_config(const eng_spec *spec, eng_config *cfg, eng_err *e) {
 }
 
 static eng_exec_policy spec_policy(const eng_spec *s) {
-  return (eng_exec_policy){s->batch, s->seq_len, s->micro_batches, s->ckpt_every, s->ckpt_place, s->spill, s->keep_acts};
+  return (eng_exec_policy){s->batch,     s->seq_len, s->micro_batches, s->ckpt_every,
+                           s->ckpt_place, s->spill,  s->keep_acts,     s->opt_thread};
 }
 
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
@@ -134,6 +139,7 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   r->spec.eval_path = r->eval_path;
   r->spec.config = cfg;
   r->last_eval = NAN;
+  r->lag_scale = NAN;
   size_t bt = (size_t)spec->batch * spec->seq_len;
   r->ids = malloc(bt * sizeof(int32_t));
   r->labels = malloc(bt * sizeof(int32_t));
@@ -141,7 +147,11 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
     rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate the batch buffers");
     goto fail;
   }
-  if ((rc = eng_model_alloc(&r->model, &cfg, e))) goto fail;
+  eng_model_opts mo = {.grad_bf16 = spec->grad_dtype == ENG_GRAD_BF16,
+                       .opt_fp32 = spec->optimizer == ENG_OPT_ADAMW,
+                       .opt_min_quant = spec->opt_min_quant,
+                       .opt_fp32_embed_head = spec->opt_fp32_embed_head};
+  if ((rc = eng_model_alloc(&r->model, &cfg, &mo, e))) goto fail;
   if (spec->model_dir) {
     float *ws[r->model.lo.n_shards];
     for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;
@@ -214,16 +224,24 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
   memset(m, 0, sizeof *m);
   double t0 = now();
   uint64_t in0 = r->dev->bytes_in, out0 = r->dev->bytes_out;
+  const eng_spec *s = &r->spec;
+  float lr = eng_lr_at(r->step, s->lr, s->min_lr, s->warmup_steps, s->total_steps);
+  // Lagged clipping: the update is armed before the backward with the
+  // previous step's factor, so shards may update as their gradients land.
+  int lagged = s->clip_lagged && isfinite(r->lag_scale);
+  if (lagged) {
+    eng_exec_update u = {lr, s->beta1, s->beta2, s->eps, s->weight_decay, r->lag_scale, ++r->updates};
+    eng_exec_update_arm(r->exec, &u);
+  }
   eng_exec_result res;
   rc = eng_exec_run(r->exec, ids, labels, 1, NULL, r->spec.cancel, &res, e);
   if (rc) return rc;
 
-  const eng_spec *s = &r->spec;
   double loss = res.count ? res.loss_sum / (double)res.count : NAN;
   double norm = sqrt(res.grad_sumsq);
-  float lr = eng_lr_at(r->step, s->lr, s->min_lr, s->warmup_steps, s->total_steps);
   m->skipped = !isfinite(loss) || !isfinite(norm);
   if (m->skipped) {
+    // (A lagged update already ran; its pass skipped the non-finite values.)
     if (++r->nonfinite_streak >= MAX_NONFINITE_STREAK)
       return eng_err_set(e, ENG_ENONFINITE,
                          "step %lld: non-finite loss or gradients in %d steps in a row (loss %g, "
@@ -237,8 +255,11 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
       float coef = (float)(s->clip / (norm + 1e-6));
       scale = coef < 1.0f ? coef : 1.0f;
     }
-    eng_exec_update u = {lr, s->beta1, s->beta2, s->eps, s->weight_decay, scale, ++r->updates};
-    eng_exec_update_launch(r->exec, &u);
+    if (!lagged) {
+      eng_exec_update u = {lr, s->beta1, s->beta2, s->eps, s->weight_decay, scale, ++r->updates};
+      eng_exec_update_launch(r->exec, &u);
+    }
+    r->lag_scale = scale;
   }
   r->step++;
 
@@ -314,7 +335,8 @@ int eng_debug_param(eng_run *r, const char *name, char which, float *dst, size_t
   if (t.numel != numel)
     return eng_err_set(e, ENG_EINVAL, "parameter \"%s\" has %zu values, not %zu", name, t.numel, numel);
   eng_exec_quiesce(r->exec);
-  memcpy(dst, eng_model_tensor(&r->model, shard, &t, which), numel * sizeof(float));
+  if (which == 'g') eng_model_grad_get(&r->model, shard, &t, dst);
+  else memcpy(dst, eng_model_tensor(&r->model, shard, &t), numel * sizeof(float));
   return 0;
 }
 
@@ -324,10 +346,16 @@ int eng_debug_param(eng_run *r, const char *name, char which, float *dst, size_t
 // another model.
 enum {
   META_MAGIC, META_VER, META_STEP, META_UPDATES, META_STREAK, META_EPOCH, META_INDEX,
-  META_VOCAB, META_D, META_LAYERS, META_HEADS, META_KV, META_HD, META_FF, META_TIE, META_ARCH,
-  META_COUNT
+  META_LAG, META_VOCAB, META_D, META_LAYERS, META_HEADS, META_KV, META_HD, META_FF, META_TIE,
+  META_ARCH, META_OPT_BYTES, META_COUNT
 };
 static const int64_t META_MAGIC_VALUE = 0x74726e6431LL; // "trnd1"
+
+static int64_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
 
 static void meta_fill(const eng_run *r, int64_t *mt) {
   const eng_config *c = &r->model.cfg;
@@ -335,8 +363,10 @@ static void meta_fill(const eng_run *r, int64_t *mt) {
   if (r->train) eng_data_pos_get(r->train, &pos);
   int64_t v[META_COUNT] = {
       META_MAGIC_VALUE, META_VERSION, r->step, r->updates, r->nonfinite_streak,
-      (int64_t)pos.epoch, (int64_t)pos.index, c->vocab, c->d_model, c->n_layers, c->n_heads,
-      c->n_kv_heads, c->head_dim, c->d_ff, c->tie_embeddings, c->arch};
+      (int64_t)pos.epoch, (int64_t)pos.index, float_bits(r->lag_scale), c->vocab, c->d_model,
+      c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff, c->tie_embeddings, c->arch,
+      // the optimizer's layout (8-bit or fp32 moments, thresholds) shows in its size
+      (int64_t)eng_model_opt_bytes(&r->model)};
   memcpy(mt, v, sizeof v);
 }
 
@@ -347,14 +377,15 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
   int rc = st->ckpt_begin(st->ctx, r->step, e);
   if (!rc) rc = st->ckpt_put(st->ctx, "meta", mt, sizeof mt, e);
   // Shard by shard, straight from the model state: host memory never doubles.
+  // The optimizer state goes as its regions' raw bytes (optim/adamw8.h).
   for (int s = 0; !rc && s < r->model.lo.n_shards; s++) {
     const eng_shard *sh = &r->model.shards[s];
     char name[32];
-    const float *parts[3] = {sh->w, sh->m, sh->v};
-    const char tags[3] = {'w', 'm', 'v'};
-    for (int k = 0; !rc && k < 3; k++) {
-      snprintf(name, sizeof name, "%c.%d", tags[k], s);
-      rc = st->ckpt_put(st->ctx, name, parts[k], sh->numel * sizeof(float), e);
+    snprintf(name, sizeof name, "w.%d", s);
+    rc = st->ckpt_put(st->ctx, name, sh->w, sh->numel * sizeof(float), e);
+    for (int i = 0; !rc && i < sh->n_tensors; i++) {
+      snprintf(name, sizeof name, "o.%d.%d", s, i);
+      rc = st->ckpt_put(st->ctx, name, sh->opt[i].mem, sh->opt[i].bytes, e);
     }
   }
   if (!rc) rc = st->ckpt_commit(st->ctx, e);
@@ -373,24 +404,29 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
                        (long long)step, (unsigned long long)mt[META_MAGIC], (long long)mt[META_VER]);
   for (int i = META_VOCAB; i < META_COUNT; i++)
     if (mt[i] != want[i])
-      return eng_err_set(e, ENG_ESTATE, "checkpoint at step %lld belongs to another model shape "
-                         "(field %d is %lld, this run has %lld)", (long long)step, i,
+      return eng_err_set(e, ENG_ESTATE, "checkpoint at step %lld belongs to another model shape or optimizer "
+                         "(meta field %d is %lld, this run has %lld)", (long long)step, i,
                          (long long)mt[i], (long long)want[i]);
   eng_exec_quiesce(r->exec);
   for (int s = 0; !rc && s < r->model.lo.n_shards; s++) {
     eng_shard *sh = &r->model.shards[s];
-    float *parts[3] = {sh->w, sh->m, sh->v};
-    const char tags[3] = {'w', 'm', 'v'};
-    for (int k = 0; !rc && k < 3; k++) {
-      char name[32];
-      snprintf(name, sizeof name, "%c.%d", tags[k], s);
-      rc = st->ckpt_get(st->ctx, step, name, parts[k], sh->numel * sizeof(float), e);
+    char name[32];
+    snprintf(name, sizeof name, "w.%d", s);
+    rc = st->ckpt_get(st->ctx, step, name, sh->w, sh->numel * sizeof(float), e);
+    for (int i = 0; !rc && i < sh->n_tensors; i++) {
+      snprintf(name, sizeof name, "o.%d.%d", s, i);
+      // Read in place, then let the optimizer vet the state it will trust.
+      rc = st->ckpt_get(st->ctx, step, name, sh->opt[i].mem, sh->opt[i].bytes, e);
+      if (!rc) rc = eng_adamw8_state_restore(&sh->opt[i], sh->opt[i].mem, sh->opt[i].bytes, e);
+      if (rc) eng_err_prefix(e, "checkpoint at step %lld, %s: ", (long long)step, sh->tensors[i].name);
     }
   }
   if (rc) return rc;
   r->step = mt[META_STEP];
   r->updates = mt[META_UPDATES];
   r->nonfinite_streak = (int)mt[META_STREAK];
+  uint32_t lag = (uint32_t)mt[META_LAG];
+  memcpy(&r->lag_scale, &lag, sizeof lag);
   if (r->train) {
     eng_data_pos pos = {(uint64_t)mt[META_EPOCH], (uint64_t)mt[META_INDEX]};
     rc = eng_data_pos_set(r->train, &pos, e);
@@ -408,3 +444,4 @@ int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e) {
 int64_t eng_steps_done(const eng_run *r) { return r->step; }
 const eng_config *eng_run_config(const eng_run *r) { return &r->model.cfg; }
 size_t eng_param_count(const eng_run *r) { return r->model.lo.total_numel; }
+size_t eng_opt_state_bytes(const eng_run *r) { return eng_model_opt_bytes(&r->model); }

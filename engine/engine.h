@@ -15,7 +15,14 @@
 #include "model/config.h"
 #include "store.h"
 
-typedef enum { ENG_OPT_ADAMW = 0 } eng_optimizer;
+// ADAMW8 (the default): block-wise 8-bit moments (optim/adamw8.h) for every
+// tensor of at least opt_min_quant elements, fp32 moments below it. ADAMW:
+// fp32 moments everywhere, the same arithmetic as torch.optim.AdamW.
+typedef enum { ENG_OPT_ADAMW = 0, ENG_OPT_ADAMW8 = 1 } eng_optimizer;
+
+// What the host gradient store holds between the backward and the update.
+// The embedding's gradient is always fp32: the host scatter accumulates into it.
+typedef enum { ENG_GRAD_BF16 = 0, ENG_GRAD_F32 = 1 } eng_grad_dtype;
 
 // Where the boundary checkpoints of the forward live.
 // (STORE: the spill store's act entries, i.e. NVMe through storage/.)
@@ -58,6 +65,13 @@ typedef struct eng_spec {
 
   // Optimizer and schedule: linear warmup to lr, cosine decay to min_lr at total_steps.
   eng_optimizer optimizer;
+  size_t opt_min_quant;   // ADAMW8: tensors below this many elements keep fp32 moments (0: 4096)
+  int opt_fp32_embed_head; // ADAMW8: keep fp32 moments for the embedding and lm_head too
+  eng_grad_dtype grad_dtype;
+  int clip_lagged;        // clip with the previous step's factor (the first step uses its own),
+                          // so a shard may update as soon as its gradients land instead of
+                          // after the whole backward. A change of semantics: the clip
+                          // factor lags the gradients by one step.
   float lr, min_lr, beta1, beta2, eps, weight_decay; // decay applies to matrices only
   float clip;             // global-norm clip (0 = off)
   int warmup_steps, total_steps;
@@ -68,6 +82,9 @@ typedef struct eng_spec {
   eng_place ckpt_place;
   const eng_store *spill;   // where ENG_PLACE_STORE puts checkpoints (must have act_*)
   int keep_acts;          // keep every layer's inner activations on the device
+  int opt_thread;         // run updates on the optimizer thread beside compute, as with a
+                          // GPU (the cpu backend otherwise runs them inline, where the
+                          // next forward first needs each shard, since compute owns the cores)
                           // (no recompute in the backward; needs ckpt_every 1 on the device)
 
   eng_progress_fn progress; // optional
@@ -77,8 +94,9 @@ typedef struct eng_spec {
 
 typedef struct eng_run eng_run;
 
-// Fills a spec with defaults: lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight
-// decay 0.1, clip 1.0, ckpt_every 1 on the device, 1 micro-batch, cap 1 GiB.
+// Fills a spec with defaults: 8-bit AdamW with a bf16 gradient store, lr
+// 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1.0 (not
+// lagged), ckpt_every 1 on the device, 1 micro-batch, cap 1 GiB.
 void eng_spec_defaults(eng_spec *s);
 
 // Device-arena bytes the spec needs (model config read from model_dir when
@@ -109,6 +127,8 @@ int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e);
 int64_t eng_steps_done(const eng_run *r);
 const eng_config *eng_run_config(const eng_run *r);
 size_t eng_param_count(const eng_run *r);
+// Bytes allocated for optimizer state (all tensors' moments and block scales).
+size_t eng_opt_state_bytes(const eng_run *r);
 void eng_close(eng_run *r);
 
 // ---- inspection, for parity tests and debugging -----------------------------

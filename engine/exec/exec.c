@@ -11,7 +11,8 @@
 #include "common/worker.h"
 #include "exec/layer.h"
 #include "kernels/kernels.h"
-#include "optim/adamw.h"
+#include "common/bf16.h"
+#include "optim/adamw8.h"
 
 // One weight copy: shard `shard` into weight slot `slot`, once the shard's
 // update count reaches `need`. The head stage copies the final norm and the
@@ -66,8 +67,11 @@ struct eng_exec {
   uint64_t cticket[2];  // copy-in ticket of what each slot holds (or will)
   out_job ojobs[2];
   uint64_t oticket[2];  // copy-out ticket that last read each gradient slot
-  opt_job *opt_jobs;    // one per shard
+  opt_job *opt_jobs;    // [2][shards]: round r's updates in half r % 2, since a lagged
+                        // round is armed while the previous one may still be pending
   int inline_opt;       // updates run on the compute thread when first needed (cpu)
+  int armed;            // an update round is armed for the run in progress
+  int early;            // ... and each shard updates once its gradients are out (not inline)
   double *sumsq;        // per shard Σ g², filled by copy-out jobs
 
   // weight versions: updates applied per shard, and rounds launched
@@ -169,11 +173,16 @@ static void version_bump(eng_exec *x, int shard) {
 
 static void opt_run(void *arg);
 
+// The update of shard s in round r (1-based).
+static opt_job *round_job(eng_exec *x, int64_t r, int s) {
+  return &x->opt_jobs[(size_t)(r & 1) * x->m->lo.n_shards + s];
+}
+
 // Shard s is about to be read: with inline updates, apply its pending one
 // now on the compute thread (which owns the cores); otherwise the optimizer
 // worker does it and readers wait on the version.
 static void shard_ensure(eng_exec *x, int s) {
-  if (x->inline_opt && x->version[s] < x->rounds) opt_run(&x->opt_jobs[s]);
+  if (x->inline_opt && x->version[s] < x->rounds) opt_run(round_job(x, x->version[s] + 1, s));
 }
 
 // ---- copy-in -----------------------------------------------------------------
@@ -233,6 +242,17 @@ static void sched_begin(eng_exec *x) {
 
 // ---- copy-out ----------------------------------------------------------------
 
+// Writes n gradient values of the slot into a shard's store at element off.
+static void grad_store(eng_exec *x, eng_shard *sh, size_t off, const float *src, size_t n) {
+  if (sh->g_bf16) {
+    // The device narrows; only bf16 crosses (on the cpu, the conversion is the copy).
+    eng_bf16_from_f32_n((uint16_t *)sh->g + off, src, n, ENG_ISA_AUTO);
+    atomic_fetch_add(&x->dev->bytes_out, n * sizeof(uint16_t));
+  } else {
+    x->dev->ops->copy_out(x->dev, (float *)sh->g + off, src, n * sizeof(float));
+  }
+}
+
 static void copy_out_run(void *arg) {
   out_job *j = arg;
   eng_exec *x = j->x;
@@ -241,16 +261,21 @@ static void copy_out_run(void *arg) {
   const int head = lo->n_layers + 1;
   const float *src = x->gslot[j->slot];
   omp_set_num_threads(1); // beside compute: no OpenMP team of its own
+  size_t n;
   if (j->shard == head) {
-    float *hg = m->shards[head].g;
-    x->dev->ops->copy_out(x->dev, hg + lo->final_norm.off, src, lo->final_norm.numel * sizeof(float));
+    eng_shard *hs = &m->shards[head];
+    grad_store(x, hs, lo->final_norm.off, src, lo->final_norm.numel);
     // Tied: the head's gradient is the first contribution to the embedding's.
-    float *mat = lo->lm_head.numel ? hg + lo->lm_head.off : m->shards[0].g;
-    x->dev->ops->copy_out(x->dev, mat, src + lo->final_norm.numel, lo->embed.numel * sizeof(float));
+    if (lo->lm_head.numel) grad_store(x, hs, lo->lm_head.off, src + lo->final_norm.numel, lo->embed.numel);
+    else grad_store(x, &m->shards[0], 0, src + lo->final_norm.numel, lo->embed.numel);
+    n = lo->final_norm.numel + lo->lm_head.numel;
   } else {
-    x->dev->ops->copy_out(x->dev, m->shards[j->shard].g, src, m->shards[j->shard].numel * sizeof(float));
+    n = m->shards[j->shard].numel;
+    grad_store(x, &m->shards[j->shard], 0, src, n);
   }
-  x->sumsq[j->shard] = eng_k_sumsq(m->shards[j->shard].g, m->shards[j->shard].numel);
+  // The norm of what the device accumulated (fp32), as a GPU reduces it on the fly.
+  x->sumsq[j->shard] = eng_k_sumsq(src, n);
+  if (x->early) eng_worker_submit(&x->optim, opt_run, round_job(x, x->rounds + 1, j->shard));
 }
 
 // A gradient slot for the next shard, zeroed once its last copy-out is done.
@@ -272,25 +297,18 @@ static void gslot_end(eng_exec *x, int i, int shard) {
 static void opt_run(void *arg) {
   opt_job *j = arg;
   eng_exec *x = j->x;
-  eng_model *m = x->m;
-  const eng_layout *lo = &m->lo;
-  eng_shard *sh = &m->shards[j->shard];
-  const int head = lo->n_layers + 1;
-  // Decoupled weight decay applies to matrices only, so walk the shard's tensors.
-  const eng_tensor *ts[ENG_P_LAYER_COUNT];
-  int nt = 0;
-  if (j->shard == 0) ts[nt++] = &lo->embed;
-  else if (j->shard == head) {
-    ts[nt++] = &lo->final_norm;
-    if (lo->lm_head.numel) ts[nt++] = &lo->lm_head;
-  } else
-    for (int p = 0; p < ENG_P_LAYER_COUNT; p++)
-      if (lo->layer_proto[p].numel) ts[nt++] = &lo->layer_proto[p];
-  for (int i = 0; i < nt; i++) {
-    const eng_tensor *t = ts[i];
-    float wd = t->cols ? j->u.weight_decay : 0.0f;
-    eng_adamw_update(sh->w + t->off, sh->g + t->off, sh->m + t->off, sh->v + t->off, t->numel,
-                     j->u.lr, wd, j->u.beta1, j->u.beta2, j->u.eps, j->u.clip_scale, j->u.t);
+  eng_shard *sh = &x->m->shards[j->shard];
+  const eng_exec_update *u = &j->u;
+  for (int i = 0; i < sh->n_tensors; i++) {
+    const eng_tensor *t = &sh->tensors[i];
+    // Decoupled weight decay applies to matrices only.
+    eng_adamw8_hparams h = {u->lr, t->cols ? u->weight_decay : 0.0f, u->beta1, u->beta2, u->eps, u->clip_scale, u->t};
+    eng_adamw8_io io = {.w = sh->w + t->off,
+                        .g = sh->g_bf16 ? (const void *)((const uint16_t *)sh->g + t->off)
+                                        : (const void *)((const float *)sh->g + t->off),
+                        .g_type = sh->g_bf16 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32};
+    eng_err ignored; // the arguments are built here: an error would be a bug caught by the tests
+    eng_adamw8_update(&sh->opt[i], &io, &h, ENG_ISA_AUTO, NULL, &ignored);
   }
   version_bump(x, j->shard);
 }
@@ -299,9 +317,35 @@ void eng_exec_update_launch(eng_exec *x, const eng_exec_update *u) {
   // The order the next forward needs them: embedding, layers, head.
   x->rounds++;
   for (int s = 0; s < x->m->lo.n_shards; s++) {
-    x->opt_jobs[s] = (opt_job){x, s, *u};
-    if (!x->inline_opt) eng_worker_submit(&x->optim, opt_run, &x->opt_jobs[s]);
+    *round_job(x, x->rounds, s) = (opt_job){x, s, *u};
+    if (!x->inline_opt) eng_worker_submit(&x->optim, opt_run, round_job(x, x->rounds, s));
   }
+}
+
+void eng_exec_update_arm(eng_exec *x, const eng_exec_update *u) {
+  for (int s = 0; s < x->m->lo.n_shards; s++) *round_job(x, x->rounds + 1, s) = (opt_job){x, s, *u};
+  x->armed = 1;
+  x->early = !x->inline_opt;
+}
+
+// The armed round becomes an ordinary launched one at the end of the run.
+// With early updates, the embedding (whose gradient the compute thread just
+// finished) goes last; on an aborted run, shards that did not update are
+// marked done so every shard's version agrees (their update is lost: a
+// cancelled lagged step is only partly applied).
+static void armed_finish(eng_exec *x, int ok) {
+  if (!x->armed) return;
+  if (x->early) {
+    if (ok) {
+      eng_worker_submit(&x->optim, opt_run, round_job(x, x->rounds + 1, 0));
+    } else {
+      eng_worker_drain(&x->optim);
+      for (int s = 0; s < x->m->lo.n_shards; s++)
+        if (x->version[s] == x->rounds) version_bump(x, s);
+    }
+  }
+  x->rounds++;
+  x->armed = x->early = 0;
 }
 
 void eng_exec_quiesce(eng_exec *x) {
@@ -340,7 +384,7 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->rc = calloc((size_t)x->L + 1, sizeof *x->rc);
   x->version = calloc((size_t)m->lo.n_shards, sizeof *x->version);
   x->sumsq = calloc((size_t)m->lo.n_shards, sizeof *x->sumsq);
-  x->opt_jobs = calloc((size_t)m->lo.n_shards, sizeof *x->opt_jobs);
+  x->opt_jobs = calloc(2 * (size_t)m->lo.n_shards, sizeof *x->opt_jobs);
   x->targets = malloc(sizeof(int32_t) * (size_t)p->batch * p->seq_len);
   if (!x->ckpt || !x->ckpt_host || !x->rc || !x->version || !x->sumsq || !x->opt_jobs || !x->targets) {
     eng_exec_close(x);
@@ -371,7 +415,7 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   }
   pthread_mutex_init(&x->vmu, NULL);
   pthread_cond_init(&x->vcv, NULL);
-  x->inline_opt = dev->host_compute;
+  x->inline_opt = dev->host_compute && !p->opt_thread;
   if (eng_worker_start(&x->copy_in, 4) || eng_worker_start(&x->copy_out, 4) ||
       (!x->inline_opt && eng_worker_start(&x->optim, (uint32_t)m->lo.n_shards + 1))) {
     eng_exec_close(x);
@@ -467,6 +511,7 @@ static int abort_step(eng_exec *x, int rc, eng_err *e) {
   for (int s = 0; s < x->m->lo.n_shards; s++) shard_ensure(x, s);
   eng_worker_drain(&x->copy_in);
   eng_worker_drain(&x->copy_out);
+  armed_finish(x, 0);
   x->n_sched = 0;
   if (rc == ENG_ECANCEL) eng_err_set(e, ENG_ECANCEL, "the run was cancelled");
   if (x->p.ckpt_place == ENG_PLACE_STORE) {
@@ -592,13 +637,14 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   // (wait for it); untied, the store starts from zero.
   eng_worker_drain(&x->copy_out);
   atomic_fetch_add(&x->dev->bytes_out, x->bnd_floats * sizeof(float));
-  if (lo->lm_head.numel) memset(m->shards[0].g, 0, m->shards[0].numel * sizeof(float));
+  if (lo->lm_head.numel) memset(m->shards[0].g, 0, m->shards[0].numel * sizeof(float)); // fp32 always
   eng_k_embed_bwd(m->shards[0].g, dy, ids, B * T, d);
   if (x->p.ckpt_place == ENG_PLACE_STORE) {
     int rc = x->p.spill->act_drop(x->p.spill->ctx, x->runs, e);
     if (rc) return rc;
   }
   x->sumsq[0] = eng_k_sumsq(m->shards[0].g, m->shards[0].numel);
+  armed_finish(x, 1);
   res->t_bwd = now() - t2;
 
   // Shard order, not completion order, so the sum is the same every run.

@@ -22,6 +22,8 @@ typedef struct eng_exec_policy {
   int keep_acts;    // keep every layer's inner activations from the forward on the
                     // device, so the backward recomputes nothing (needs ckpt_every 1
                     // on the device: each layer's input is its boundary)
+  int opt_thread;   // updates on the optimizer thread beside compute (as with a GPU),
+                    // even when the device computes on the host cores
 } eng_exec_policy;
 
 // Parameters of one update round, applied shard by shard.
@@ -56,6 +58,14 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
 // Launches an update round on the optimizer worker (embedding, layers, head)
 // and returns at once; the next eng_exec_run waits per shard.
 void eng_exec_update_launch(eng_exec *x, const eng_exec_update *u);
+
+// Arms an update round for the next eng_exec_run with a backward (lagged
+// clipping: u's clip factor is known before the gradients). When updates run
+// on the optimizer thread, each shard's update starts as soon as its
+// gradients are in the host store, overlapping the rest of the backward;
+// inline updates run when the next forward first needs the shard, as launched
+// ones do. Results are the same either way.
+void eng_exec_update_arm(eng_exec *x, const eng_exec_update *u);
 
 // Waits until every launched update and copy has finished (before reading or
 // writing the model state from outside).

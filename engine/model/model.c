@@ -3,34 +3,63 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bf16.h"
 #include "common/rng.h"
 
-static float *alloc_floats(size_t n) {
-  if (n == 0) n = 1; // keep every pointer valid, even for an empty shard
+static void *alloc_zeroed(size_t bytes) {
   void *p = NULL;
-  size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+  bytes = bytes ? (bytes + 63) & ~(size_t)63 : 64; // every pointer valid, even for an empty shard
   if (posix_memalign(&p, 64, bytes) != 0) return NULL;
   memset(p, 0, bytes);
   return p;
 }
 
-int eng_model_alloc(eng_model *m, const eng_config *c, eng_err *e) {
+// The shard's tensors in layout order; the update walks them in this order.
+static int shard_tensors(const eng_layout *lo, int s, eng_tensor *ts) {
+  int n = 0;
+  if (s == 0) {
+    ts[n++] = lo->embed;
+  } else if (s == lo->n_layers + 1) {
+    ts[n++] = lo->final_norm;
+    if (lo->lm_head.numel) ts[n++] = lo->lm_head;
+  } else {
+    for (int p = 0; p < ENG_P_LAYER_COUNT; p++)
+      if (lo->layer_proto[p].numel) ts[n++] = eng_layout_layer_tensor(lo, s - 1, p);
+  }
+  return n;
+}
+
+static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e) {
+  const eng_layout *lo = &m->lo;
+  eng_shard *sh = &m->shards[s];
+  sh->numel = eng_layout_shard_numel(lo, s);
+  sh->g_bf16 = o->grad_bf16 && s != 0;
+  sh->w = alloc_zeroed(sh->numel * sizeof(float));
+  sh->g = alloc_zeroed(sh->numel * (sh->g_bf16 ? sizeof(uint16_t) : sizeof(float)));
+  if (!sh->w || !sh->g) return eng_err_set(e, ENG_ENOMEM, "cannot allocate shard %d (%zu values)", s, sh->numel);
+  sh->n_tensors = shard_tensors(lo, s, sh->tensors);
+  for (int i = 0; i < sh->n_tensors; i++) {
+    const eng_tensor *t = &sh->tensors[i];
+    int big = t->cols && (s == 0 || s == lo->n_layers + 1); // the embedding or lm_head
+    eng_adamw8_opts ao = {.min_quant_numel = o->opt_min_quant,
+                          .fp32_state = o->opt_fp32 || (big && o->opt_fp32_embed_head)};
+    int rc = eng_adamw8_state_init(&sh->opt[i], t->numel, &ao, NULL, e);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int eng_model_alloc(eng_model *m, const eng_config *c, const eng_model_opts *o, eng_err *e) {
   memset(m, 0, sizeof *m);
   m->cfg = *c;
   eng_layout_init(&m->lo, c);
   m->shards = calloc((size_t)m->lo.n_shards, sizeof *m->shards);
   if (!m->shards) return eng_err_set(e, ENG_ENOMEM, "cannot allocate the shard table");
   for (int s = 0; s < m->lo.n_shards; s++) {
-    eng_shard *sh = &m->shards[s];
-    sh->numel = eng_layout_shard_numel(&m->lo, s);
-    sh->w = alloc_floats(sh->numel);
-    sh->g = alloc_floats(sh->numel);
-    sh->m = alloc_floats(sh->numel);
-    sh->v = alloc_floats(sh->numel);
-    if (!sh->w || !sh->g || !sh->m || !sh->v) {
-      size_t bytes = eng_model_host_bytes(m);
+    int rc = shard_alloc(m, s, o, e);
+    if (rc) {
       eng_model_free(m);
-      return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes of host model state", bytes);
+      return rc;
     }
   }
   return 0;
@@ -39,19 +68,33 @@ int eng_model_alloc(eng_model *m, const eng_config *c, eng_err *e) {
 void eng_model_free(eng_model *m) {
   if (m->shards) {
     for (int s = 0; s < m->lo.n_shards; s++) {
-      free(m->shards[s].w);
-      free(m->shards[s].g);
-      free(m->shards[s].m);
-      free(m->shards[s].v);
+      eng_shard *sh = &m->shards[s];
+      free(sh->w);
+      free(sh->g);
+      for (int i = 0; i < sh->n_tensors; i++) eng_adamw8_state_free(&sh->opt[i]);
     }
   }
   free(m->shards);
   m->shards = NULL;
 }
 
-float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t, char which) {
-  float *base = which == 'g' ? m->shards[s].g : m->shards[s].w;
-  return base + t->off;
+size_t eng_model_opt_bytes(const eng_model *m) {
+  size_t n = 0;
+  for (int s = 0; s < m->lo.n_shards; s++)
+    for (int i = 0; i < m->shards[s].n_tensors; i++) n += m->shards[s].opt[i].bytes;
+  return n;
+}
+
+float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t) { return m->shards[s].w + t->off; }
+
+void eng_model_grad_get(const eng_model *m, int s, const eng_tensor *t, float *dst) {
+  const eng_shard *sh = &m->shards[s];
+  if (sh->g_bf16) {
+    const uint16_t *g = (const uint16_t *)sh->g + t->off;
+    for (size_t i = 0; i < t->numel; i++) dst[i] = eng_bf16_to_f32(g[i]);
+  } else {
+    memcpy(dst, (const float *)sh->g + t->off, t->numel * sizeof(float));
+  }
 }
 
 typedef struct init_ctx {
@@ -62,7 +105,7 @@ typedef struct init_ctx {
 
 static int init_tensor(void *ctx, int shard, const eng_tensor *t) {
   init_ctx *ic = ctx;
-  float *p = eng_model_tensor(ic->m, shard, t, 'w');
+  float *p = eng_model_tensor(ic->m, shard, t);
   eng_rng r;
   eng_rng_seed(&r, ic->seed, ++ic->index);
   if (t->cols) {
@@ -84,6 +127,8 @@ void eng_model_init_random(eng_model *m, uint64_t seed) {
 
 size_t eng_model_host_bytes(const eng_model *m) {
   size_t n = 0;
-  for (int s = 0; s < m->lo.n_shards; s++) n += m->shards ? m->shards[s].numel : 0;
-  return n * 4 * sizeof(float);
+  if (!m->shards) return 0;
+  for (int s = 0; s < m->lo.n_shards; s++)
+    n += m->shards[s].numel * (sizeof(float) + (m->shards[s].g_bf16 ? 2 : 4));
+  return n + eng_model_opt_bytes(m);
 }

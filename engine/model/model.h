@@ -8,14 +8,28 @@
 
 #include "model/config.h"
 #include "model/layout.h"
+#include "optim/adamw8.h"
+
+// Tensors of one shard: at most the layer's parameters.
+#define ENG_SHARD_MAX_TENSORS ENG_P_LAYER_COUNT
 
 typedef struct eng_shard {
   size_t numel;
-  float *w;   // fp32 master weights
-  float *g;   // gradient store, filled by the backward (zeroed before each step)
-  float *m;   // AdamW first moment
-  float *v;   // AdamW second moment
+  float *w;        // fp32 master weights
+  void *g;         // gradient store, written by the backward's copy-out
+  int g_bf16;      // 1: g holds bf16 bits (uint16_t), 0: fp32
+  int n_tensors;   // tensors of the shard (embedding; layer params; final norm, lm_head)
+  eng_tensor tensors[ENG_SHARD_MAX_TENSORS];
+  eng_adamw8_state opt[ENG_SHARD_MAX_TENSORS]; // optimizer state of each tensor
 } eng_shard;
+
+// How the host state is held.
+typedef struct eng_model_opts {
+  int grad_bf16;          // gradient store in bf16 (the embedding's stays fp32)
+  int opt_fp32;           // fp32 moments for every tensor (exact torch AdamW)
+  size_t opt_min_quant;   // 8-bit moments from this many elements (0: ENG_ADAMW8_MIN_QUANT)
+  int opt_fp32_embed_head; // fp32 moments for the embedding and lm_head
+} eng_model_opts;
 
 typedef struct eng_model {
   eng_config cfg;
@@ -23,19 +37,24 @@ typedef struct eng_model {
   eng_shard *shards; // lo.n_shards entries
 } eng_model;
 
-// Allocates every shard (weights, gradients, moments zeroed). Fails with
-// ENG_ENOMEM naming the bytes that could not be allocated.
-int eng_model_alloc(eng_model *m, const eng_config *c, eng_err *e);
+// Allocates every shard (weights, gradients, optimizer state zeroed). Fails
+// with ENG_ENOMEM naming the bytes that could not be allocated.
+int eng_model_alloc(eng_model *m, const eng_config *c, const eng_model_opts *o, eng_err *e);
 void eng_model_free(eng_model *m);
+
+// Bytes allocated for optimizer state (every tensor's region, as allocated).
+size_t eng_model_opt_bytes(const eng_model *m);
+
+// Gradient of shard s's tensor t as fp32 into dst (converting a bf16 store).
+void eng_model_grad_get(const eng_model *m, int s, const eng_tensor *t, float *dst);
 
 // Random init as transformers does for these models: linear weights and the
 // embedding ~ N(0, init_std), norm weights 1, biases 0. Each tensor draws
 // from its own RNG stream of the seed, so the result is independent of order.
 void eng_model_init_random(eng_model *m, uint64_t seed);
 
-// Pointer to tensor t of shard s inside the weights (which = 'w') or the
-// gradients ('g').
-float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t, char which);
+// Pointer to tensor t of shard s inside the fp32 master weights.
+float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t);
 
 // Bytes of host memory held by the model state.
 size_t eng_model_host_bytes(const eng_model *m);

@@ -109,7 +109,7 @@ int eng_adamw8_state_restore(eng_adamw8_state *s, const void *data, size_t bytes
                          s->quantized ? "v absmax" : "v", i, (double)y,
                          s->quantized ? "absmax" : "second moment");
   }
-  memcpy(s->mem, data, bytes);
+  if (data != s->mem) memcpy(s->mem, data, bytes); // data may be s's own region, read in place
   return ENG_OK;
 }
 

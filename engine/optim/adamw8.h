@@ -86,7 +86,7 @@ int eng_adamw8_state_init(eng_adamw8_state *s, size_t numel, const eng_adamw8_op
 void eng_adamw8_state_free(eng_adamw8_state *s);
 
 // Copies a saved region (the bytes of s->mem of a state of the same numel and
-// options) into s. Refuses, leaving s unchanged, a size that differs or state
+// options) into s; data may be s->mem itself (read there in place, then vetted). Refuses, leaving s unchanged, a size that differs or state
 // that could not have been saved (a non-finite or negative absmax or fp32
 // second moment, a non-finite fp32 first moment), naming the element.
 int eng_adamw8_state_restore(eng_adamw8_state *s, const void *data, size_t bytes, eng_err *e);

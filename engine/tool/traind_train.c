@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "engine.h"
 
@@ -16,7 +17,7 @@ static void usage(FILE *f) {
           "\n"
           "model (a Hugging Face directory, or random init from a preset and overrides):\n"
           "  --model-dir DIR     config.json + model.safetensors to start from\n"
-          "  --preset NAME       tiny (~0.2M), demo (~10M Qwen3), bench5m, bench40m\n"
+          "  --preset NAME       tiny (~0.2M), demo (~10M Qwen3), bench5m, bench40m, 1b\n"
           "  --arch A            llama | qwen2 | qwen3\n"
           "  --vocab N --d N --layers N --heads N --kv-heads N --head-dim N --ffn N\n"
           "  --tie               tie the embedding and the head\n"
@@ -29,6 +30,11 @@ static void usage(FILE *f) {
           "training:\n"
           "  --steps N           optimizer steps (default 100)\n"
           "  --lr X --min-lr X --warmup N --wd X --clip X --seed N\n"
+          "  --optim NAME        adamw8 (default: 8-bit block-wise moments) or adamw (fp32)\n"
+          "  --grad-fp32         keep the host gradient store in fp32 (default bf16)\n"
+          "  --clip-lagged       clip with the previous step's factor (updates may start\n"
+          "                      during the backward; changes the semantics of clipping)\n"
+          "  --opt-thread        run updates on their own thread beside compute\n"
           "streaming:\n"
           "  --cap MIB           device arena cap in MiB (default 1024)\n"
           "  --ckpt-every K      boundary checkpoint every K layers (0: only the first)\n"
@@ -58,6 +64,8 @@ static int preset(const char *name, eng_config *c) {
     *c = (eng_config){ENG_ARCH_QWEN3, 4096, 256, 4, 8, 4, 32, 688, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
   } else if (!strcmp(name, "bench40m")) {
     *c = (eng_config){ENG_ARCH_QWEN3, 16384, 512, 8, 8, 4, 64, 1536, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
+  } else if (!strcmp(name, "1b")) { // ~1.1B Llama-style (TinyLlama's shape)
+    *c = (eng_config){ENG_ARCH_LLAMA, 32000, 2048, 22, 32, 4, 64, 5632, 4096, 10000.0f, 1e-5f, 0.02f, 0, 0, 0};
   } else {
     return -1;
   }
@@ -90,7 +98,7 @@ int main(int argc, char **argv) {
   enum { O_MODEL = 256, O_PRESET, O_ARCH, O_VOCAB, O_D, O_LAYERS, O_HEADS, O_KV, O_HD, O_FFN, O_TIE,
          O_DATA, O_EVAL, O_EVAL_EVERY, O_SEQ, O_BATCH, O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP,
          O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
-         O_EXPORT, O_QUIET, O_KEEP, O_HELP };
+         O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
       {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
@@ -102,14 +110,16 @@ int main(int argc, char **argv) {
       {"clip", 1, 0, O_CLIP}, {"seed", 1, 0, O_SEED}, {"cap", 1, 0, O_CAP},
       {"ckpt-every", 1, 0, O_CKPT}, {"ckpt-host", 0, 0, O_CKPT_HOST}, {"save-dir", 1, 0, O_SAVE},
       {"save-every", 1, 0, O_SAVE_EVERY}, {"resume", 0, 0, O_RESUME}, {"export", 1, 0, O_EXPORT},
-      {"quiet", 0, 0, O_QUIET}, {"keep-acts", 0, 0, O_KEEP}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+      {"quiet", 0, 0, O_QUIET}, {"keep-acts", 0, 0, O_KEEP}, {"optim", 1, 0, O_OPTIM},
+      {"grad-fp32", 0, 0, O_GRAD32}, {"clip-lagged", 0, 0, O_LAGGED}, {"opt-thread", 0, 0, O_OPT_THREAD},
+      {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
     case O_MODEL: s.model_dir = optarg; break;
     case O_PRESET:
       if (preset(optarg, &s.config)) {
-        fprintf(stderr, "traind-train: unknown preset \"%s\" (tiny, demo, bench5m, bench40m)\n", optarg);
+        fprintf(stderr, "traind-train: unknown preset \"%s\" (tiny, demo, bench5m, bench40m, 1b)\n", optarg);
         return 2;
       }
       break;
@@ -152,6 +162,17 @@ int main(int argc, char **argv) {
     case O_EXPORT: export_dir = optarg; break;
     case O_QUIET: o.quiet = 1; break;
     case O_KEEP: s.keep_acts = 1; break;
+    case O_OPTIM:
+      if (!strcmp(optarg, "adamw8")) s.optimizer = ENG_OPT_ADAMW8;
+      else if (!strcmp(optarg, "adamw")) s.optimizer = ENG_OPT_ADAMW;
+      else {
+        fprintf(stderr, "traind-train: --optim must be adamw8 or adamw (got \"%s\")\n", optarg);
+        return 2;
+      }
+      break;
+    case O_GRAD32: s.grad_dtype = ENG_GRAD_F32; break;
+    case O_LAGGED: s.clip_lagged = 1; break;
+    case O_OPT_THREAD: s.opt_thread = 1; break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -183,9 +204,10 @@ int main(int argc, char **argv) {
   }
   if (!rc && !o.quiet) {
     const eng_config *cfg = eng_run_config(r);
-    printf("model %s: %zu parameters, %d layers, d %d, vocab %d; batch %d x %d tokens\n",
+    printf("model %s: %zu parameters, %d layers, d %d, vocab %d; batch %d x %d tokens; "
+           "optimizer state %.3f bytes/parameter\n",
            eng_arch_name(cfg->arch), eng_param_count(r), cfg->n_layers, cfg->d_model, cfg->vocab,
-           s.batch, s.seq_len);
+           s.batch, s.seq_len, (double)eng_opt_state_bytes(r) / (double)eng_param_count(r));
   }
   double first = NAN, last = NAN, tps_sum = 0;
   int measured = 0;
@@ -201,9 +223,12 @@ int main(int argc, char **argv) {
   if (!rc && save_dir) rc = eng_save(r, &st, &e);
   if (!rc && export_dir) rc = eng_export_hf(r, export_dir, 0, &e);
   if (!rc) {
-    printf("done: %lld steps, loss %.4f -> %.4f, mean %.0f tok/s, peak arena %.1f MiB of %.1f MiB\n",
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("done: %lld steps, loss %.4f -> %.4f, mean %.0f tok/s, peak arena %.1f MiB of %.1f MiB, "
+           "peak RSS %.1f MiB\n",
            (long long)eng_steps_done(r), first, last, measured ? tps_sum / measured : 0.0,
-           m.peak_arena / 1048576.0, m.arena_cap / 1048576.0);
+           m.peak_arena / 1048576.0, m.arena_cap / 1048576.0, ru.ru_maxrss / 1024.0);
   } else {
     fprintf(stderr, "traind-train: %s: %s\n", eng_err_name(rc), e.msg);
   }

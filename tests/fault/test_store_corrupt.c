@@ -129,7 +129,7 @@ int main(void) {
   damaged(st, step, "w.1", "bytes flipped in a blob file:");
   damaged(st, step, "meta", "bytes flipped in an SST file:");
   intact(st, step, "w.0");
-  intact(st, step, "m.1");
+  intact(st, step, "o.1.1");
   CHECK(store_ckpt_verify(st, JOB, step, NULL, &e) == STORE_ECORRUPT, "verify should fail: %s", e.msg);
   CHECK_OK(store_engine_open(&es, st, JOB, 0, &e), &e);
   eng_run *back;
@@ -143,12 +143,12 @@ int main(void) {
   // A blob file cut short: the shards that lived past the cut are named.
   size_t nv;
   CHECK_OK(store_open(&st, dir, NULL, &e), &e);
-  char *v = shard(st, step, "v.2", &nv);
+  char *v = shard(st, step, "o.3.1", &nv);
   store_close(st);
   blob = locate(dir, v + nv / 2, 64, &off);
   CHECK(truncate(blob, off) == 0, "truncate %s", blob);
   CHECK_OK(store_open(&st, dir, NULL, &e), &e);
-  damaged(st, step, "v.2", "a blob file cut short:");
+  damaged(st, step, "o.3.1", "a blob file cut short:");
   store_close(st);
 
   eng_close(r);

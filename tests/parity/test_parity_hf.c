@@ -16,7 +16,10 @@ static void open_fixture(const char *name, int steps, eng_run **r) {
   s.batch = 2;
   s.seq_len = 64;
   s.device_cap = (size_t)64 << 20;
-  // The fixture's schedule and optimizer (tests/fixtures/*/ref.json).
+  // The fixture's schedule and optimizer (tests/fixtures/*/ref.json):
+  // torch.optim.AdamW, so fp32 moments and fp32 gradients.
+  s.optimizer = ENG_OPT_ADAMW;
+  s.grad_dtype = ENG_GRAD_F32;
   s.lr = 1e-3f;
   s.min_lr = 1e-4f;
   s.warmup_steps = 3;
