@@ -110,6 +110,25 @@ int main(void) {
   CHECK(strstr(logs, "checkpoint at step 3") && strstr(logs, "checkpoint at step 6") && strstr(logs, "checkpoint at step 7"),
         "the reloaded checkpoint_every did not apply:\n%s", logs);
   printf("SIGHUP: checkpoint_every = 3 applied to the next job\n");
+
+  // Retention by age: every job has been finished for over a second when a
+  // reload sets retention_age_s = 1 (a reload runs retention at once).
+  usleep(1100000);
+  f = fopen(t.conf, "w");
+  fprintf(f, "checkpoint_every = 3\nretention_age_s = 1\n");
+  fclose(f);
+  kill(t.pid, SIGHUP);
+  double t1 = td_now();
+  const char *gone[] = {b, c, d, p, id};
+  for (size_t i = 0; i < sizeof gone / sizeof *gone; i++) {
+    Traind__V1__Job *jg;
+    while ((jg = td_get(&t, gone[i])) != NULL) {
+      protobuf_c_message_free_unpacked(&jg->base, NULL);
+      CHECK(td_now() - t1 < 5, "retention_age_s = 1 kept job %s", gone[i]);
+      usleep(20000);
+    }
+  }
+  printf("retention: jobs finished over 1 s ago removed after retention_age_s = 1\n");
   td_finish(&t);
   return 0;
 }
