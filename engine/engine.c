@@ -74,8 +74,6 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
   if (s->ckpt_place < ENG_PLACE_DEVICE || s->ckpt_place > ENG_PLACE_STORE) BAD("unknown ckpt_place %d", s->ckpt_place);
   if (s->ckpt_place == ENG_PLACE_STORE && (!s->spill || !s->spill->act_put || !s->spill->act_get || !s->spill->act_drop))
     BAD("ckpt_place store needs a spill store with activation entries");
-  if (s->keep_acts && (s->ckpt_every != 1 || s->ckpt_place != ENG_PLACE_DEVICE))
-    BAD("keep_acts needs ckpt_every 1 with checkpoints on the device");
   if (s->optimizer != ENG_OPT_ADAMW && s->optimizer != ENG_OPT_ADAMW8) BAD("unknown optimizer %d", s->optimizer);
   if (s->grad_dtype != ENG_GRAD_BF16 && s->grad_dtype != ENG_GRAD_F32) BAD("unknown grad_dtype %d", s->grad_dtype);
   if (s->eval_every < 0 || (s->eval_every > 0 && !s->eval_path)) BAD("eval_every needs an eval_path");
@@ -98,8 +96,16 @@ static int spec_config(const eng_spec *spec, eng_config *cfg, eng_err *e) {
 }
 
 static eng_exec_policy spec_policy(const eng_spec *s) {
-  return (eng_exec_policy){s->batch,     s->seq_len, s->micro_batches, s->ckpt_every,
-                           s->ckpt_place, s->spill,  s->keep_acts,     s->opt_thread};
+  return (eng_exec_policy){.batch = s->batch,
+                           .seq_len = s->seq_len,
+                           .micro_batches = s->micro_batches,
+                           .ckpt_every = s->ckpt_every,
+                           .ckpt_place = s->ckpt_place,
+                           .spill = s->spill,
+                           .keep_acts = s->keep_acts,
+                           .opt_thread = s->opt_thread,
+                           .place = s->plan_place,
+                           .keep = s->plan_keep};
 }
 
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
@@ -108,7 +114,9 @@ int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
   if (!rc) rc = spec_config(spec, &cfg, e);
   if (rc) return rc;
   eng_exec_policy pol = spec_policy(spec);
-  *bytes = eng_exec_arena_bytes(&cfg, &pol);
+  eng_exec_tiers t;
+  if ((rc = eng_exec_tiers_of(&cfg, &pol, &t, e))) return rc;
+  *bytes = t.device;
   return 0;
 }
 
@@ -120,7 +128,9 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
 
   // Refuse a cap that cannot hold the step before any model memory exists.
   eng_exec_policy pol = spec_policy(spec);
-  size_t need = eng_exec_arena_bytes(&cfg, &pol);
+  eng_exec_tiers tiers;
+  if ((rc = eng_exec_tiers_of(&cfg, &pol, &tiers, e))) return rc;
+  size_t need = tiers.device;
   if (need > spec->device_cap)
     return eng_err_set(e, ENG_ECAP,
                        "device cap of %zu bytes is too small: two layer slots, two gradient slots, "
@@ -276,6 +286,8 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
   m->t_total = now() - t0;
   m->tokens_per_s = m->tokens / m->t_total;
   m->peak_arena = r->dev->peak;
+  m->host_act = res.host_act;
+  m->store_act = res.store_act;
   m->arena_cap = r->dev->cap;
   m->bytes_in = r->dev->bytes_in - in0;
   m->bytes_out = r->dev->bytes_out - out0;

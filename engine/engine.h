@@ -26,7 +26,8 @@ typedef enum { ENG_GRAD_BF16 = 0, ENG_GRAD_F32 = 1 } eng_grad_dtype;
 
 // Where the boundary checkpoints of the forward live.
 // (STORE: the spill store's act entries, i.e. NVMe through storage/.)
-typedef enum { ENG_PLACE_DEVICE = 0, ENG_PLACE_HOST = 1, ENG_PLACE_STORE = 2 } eng_place;
+// NONE: not kept at all; the backward recomputes it (plans only).
+typedef enum { ENG_PLACE_DEVICE = 0, ENG_PLACE_HOST = 1, ENG_PLACE_STORE = 2, ENG_PLACE_NONE = 3 } eng_place;
 
 typedef struct eng_metrics {
   int64_t step;          // steps completed (the one just taken is step - 1, 0-based)
@@ -39,6 +40,8 @@ typedef struct eng_metrics {
   double tokens_per_s;   // tokens / wall time of the step
   double t_fwd, t_loss, t_bwd, t_opt_wait, t_total; // seconds per phase
   size_t peak_arena;     // most device-arena bytes in use so far
+  size_t host_act;       // boundary bytes the step kept in host memory
+  size_t store_act;      // boundary bytes the step spilled to the store
   size_t arena_cap;      // the cap
   uint64_t bytes_in;     // host -> device bytes in this step
   uint64_t bytes_out;    // device -> host bytes in this step
@@ -82,6 +85,11 @@ typedef struct eng_spec {
   eng_place ckpt_place;
   const eng_store *spill;   // where ENG_PLACE_STORE puts checkpoints (must have act_*)
   int keep_acts;          // keep every layer's inner activations on the device
+  // A plan's policy instead of the uniform one (engine/exec/exec.h): per
+  // boundary placement and per layer keep flags, n_layers entries each; the
+  // arrays are read by eng_open and eng_spec_device_bytes only.
+  const eng_place *plan_place;
+  const uint8_t *plan_keep;
   int opt_thread;         // run updates on the optimizer thread beside compute, as with a
                           // GPU (the cpu backend otherwise runs them inline, where the
                           // next forward first needs each shard, since compute owns the cores)

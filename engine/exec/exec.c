@@ -48,17 +48,20 @@ struct eng_exec {
   // arena
   float *wslot[2], *gslot[2];
   float *xa, *xb;       // forward: current / next boundary; backward: dy / dx
-  float *xc;            // staging for a checkpoint kept in host memory
-  float **ckpt;         // [L] boundary checkpoints (NULL where not kept)
+  eng_place *place;     // [L] where each boundary lives (ENG_PLACE_NONE: recomputed)
+  uint8_t *keep;        // [L] layers that keep their inner activations
+  int spills;           // some boundary goes to the store
+  float *xc;            // staging for a checkpoint kept in host memory or the store
+  float **ckpt;         // [L] boundary checkpoints on the device (NULL elsewhere)
   float **rc;           // recompute buffers for the boundaries inside a block
   int n_rc;
   float *acts_buf, *scratch_buf, *ybuf;
   eng_layer_acts acts;  // workspace of the layer being computed
-  eng_layer_acts *kept; // [L * micro_batches] when the policy keeps activations
+  eng_layer_acts *kept; // [L * micro_batches], bound for the layers that keep activations
   eng_layer_scratch scratch;
   float *h_xn, *h_rstd, *h_dxn, *h_scratch; // loss phase, one micro-batch
   int32_t *targets;     // [B*T] shifted labels (host)
-  float **ckpt_host;    // [L] host copies when ckpt_place is host
+  float **ckpt_host;    // [L] host copies of the boundaries placed in host memory
   int64_t runs;         // backward passes started: the spill store's step key
 
   // streams
@@ -91,12 +94,39 @@ static double now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int is_ckpt(const eng_exec_policy *p, int l) {
-  return l == 0 || (p->ckpt_every > 0 && l % p->ckpt_every == 0);
+static int is_ckpt(const eng_exec *x, int l) { return x->place[l] != ENG_PLACE_NONE; }
+
+// The policy as per-boundary places and per-layer keep flags: a plan's, or
+// the uniform policy's. Refuses what cannot run.
+static int policy_resolve(const eng_config *c, const eng_exec_policy *p, eng_place *place, uint8_t *keep,
+                          eng_err *e) {
+  const int L = c->n_layers;
+  for (int l = 0; l < L; l++) {
+    place[l] = p->place ? p->place[l]
+               : l == 0 || (p->ckpt_every > 0 && l % p->ckpt_every == 0) ? p->ckpt_place
+                                                                         : ENG_PLACE_NONE;
+    keep[l] = p->keep ? p->keep[l] != 0 : p->keep_acts != 0;
+    if (place[l] < ENG_PLACE_DEVICE || place[l] > ENG_PLACE_NONE)
+      return eng_err_set(e, ENG_EINVAL, "policy: boundary %d has an unknown place %d", l, place[l]);
+    if (place[l] == ENG_PLACE_STORE && (!p->spill || !p->spill->act_put || !p->spill->act_get || !p->spill->act_drop))
+      return eng_err_set(e, ENG_EINVAL, "policy: boundary %d goes to the store, but there is no spill store with "
+                         "activation entries", l);
+  }
+  if (place[0] == ENG_PLACE_NONE)
+    return eng_err_set(e, ENG_EINVAL, "policy: boundary 0 must be kept (the backward recomputes from it)");
+  return 0;
 }
 
-static int block_len_max(const eng_exec_policy *p, int L) {
-  return p->ckpt_every > 0 && p->ckpt_every < L ? p->ckpt_every : L;
+// Longest run of layers between kept boundaries: the block a backward
+// recomputes at once.
+static int block_len_max(const eng_place *place, int L) {
+  int best = 0, start = 0;
+  for (int l = 1; l <= L; l++)
+    if (l == L || place[l] != ENG_PLACE_NONE) {
+      if (l - start > best) best = l - start;
+      start = l;
+    }
+  return best;
 }
 
 // ---- arena plan --------------------------------------------------------------
@@ -130,13 +160,19 @@ static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy
   for (int i = 0; i < 2; i++) x->gslot[i] = take(cv, slot);
   x->xa = take(cv, bnd);
   x->xb = take(cv, bnd);
-  x->xc = p->ckpt_place != ENG_PLACE_DEVICE ? take(cv, bnd) : NULL;
-  for (int l = 0; l < L; l++)
-    x->ckpt[l] = is_ckpt(p, l) && p->ckpt_place == ENG_PLACE_DEVICE ? take(cv, bnd) : NULL;
-  x->n_rc = block_len_max(p, L) - 1;
+  int staged = 0, kept = 0;
+  for (int l = 0; l < L; l++) {
+    staged |= x->place[l] == ENG_PLACE_HOST || x->place[l] == ENG_PLACE_STORE;
+    kept += x->keep[l];
+  }
+  x->xc = staged ? take(cv, bnd) : NULL;
+  for (int l = 0; l < L; l++) x->ckpt[l] = x->place[l] == ENG_PLACE_DEVICE ? take(cv, bnd) : NULL;
+  x->n_rc = block_len_max(x->place, L) - 1;
   for (int j = 0; j < x->n_rc; j++) x->rc[j] = take(cv, bnd);
+  // Workspace for the layers that recompute, and the kept activations.
   size_t acts = eng_layer_acts_floats(c, mb, T);
-  x->acts_buf = take(cv, p->keep_acts ? acts * (size_t)L * p->micro_batches : acts);
+  int workspace = kept < L || x->n_rc > 0;
+  x->acts_buf = take(cv, acts * ((size_t)workspace + (size_t)kept * p->micro_batches));
   x->scratch_buf = take(cv, eng_layer_scratch_floats(c, mb, T));
   x->ybuf = take(cv, mbn * c->d_model);
   x->h_xn = take(cv, mbn * c->d_model);
@@ -145,15 +181,28 @@ static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy
   x->h_scratch = take(cv, eng_k_head_loss_scratch_floats(c->vocab));
 }
 
-size_t eng_exec_arena_bytes(const eng_config *c, const eng_exec_policy *p) {
+int eng_exec_tiers_of(const eng_config *c, const eng_exec_policy *p, eng_exec_tiers *t, eng_err *e) {
+  const int L = c->n_layers;
   eng_exec tmp;
-  float *ck[c->n_layers + 1], *rc[c->n_layers + 1];
+  float *ck[L + 1], *rc[L + 1];
+  eng_place place[L];
+  uint8_t keep[L];
   memset(&tmp, 0, sizeof tmp);
+  int rc_ = policy_resolve(c, p, place, keep, e);
+  if (rc_) return rc_;
   tmp.ckpt = ck;
   tmp.rc = rc;
+  tmp.place = place;
+  tmp.keep = keep;
   carve cv = {NULL, 0};
   layout_arena(&tmp, c, p, &cv);
-  return cv.bytes;
+  memset(t, 0, sizeof *t);
+  t->device = cv.bytes;
+  for (int l = 0; l < L; l++) {
+    if (place[l] == ENG_PLACE_HOST) t->host += tmp.bnd_floats * sizeof(float);
+    if (place[l] == ENG_PLACE_STORE) t->store += tmp.bnd_floats * sizeof(float);
+  }
+  return 0;
 }
 
 // ---- versions: the next step's copy of a shard waits for its update --------
@@ -362,14 +411,13 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   if (p->micro_batches < 1 || p->batch % p->micro_batches != 0)
     return eng_err_set(e, ENG_EINVAL, "spec: micro_batches (%d) must divide batch (%d)",
                        p->micro_batches, p->batch);
-  if (p->keep_acts && (p->ckpt_every != 1 || p->ckpt_place != ENG_PLACE_DEVICE))
-    return eng_err_set(e, ENG_EINVAL, "spec: keep_acts needs ckpt_every 1 with checkpoints on the device");
-  size_t need = eng_exec_arena_bytes(c, p);
+  eng_exec_tiers tiers;
+  int rc = eng_exec_tiers_of(c, p, &tiers, e);
+  if (rc) return rc;
   char what[160];
-  snprintf(what, sizeof what, "two layer slots, two gradient slots, %s and one micro-batch of %d",
-           p->ckpt_place == ENG_PLACE_DEVICE ? "the boundary checkpoints" : "the boundary buffers",
-           p->batch / p->micro_batches);
-  int rc = eng_dev_reserve(dev, need, what, e);
+  snprintf(what, sizeof what, "two layer slots, two gradient slots, the boundary buffers, the kept "
+           "activations and one micro-batch of %d", p->batch / p->micro_batches);
+  rc = eng_dev_reserve(dev, tiers.device, what, e);
   if (rc) return rc;
 
   eng_exec *x = calloc(1, sizeof *x);
@@ -377,8 +425,12 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->m = m;
   x->dev = dev;
   x->p = *p;
+  x->p.place = NULL; // resolved into x->place / x->keep: the caller's arrays need not outlive open
+  x->p.keep = NULL;
   x->L = c->n_layers;
   x->mb = p->batch / p->micro_batches;
+  x->place = calloc((size_t)x->L, sizeof *x->place);
+  x->keep = calloc((size_t)x->L, sizeof *x->keep);
   x->ckpt = calloc((size_t)x->L, sizeof *x->ckpt);
   x->ckpt_host = calloc((size_t)x->L, sizeof *x->ckpt_host);
   x->rc = calloc((size_t)x->L + 1, sizeof *x->rc);
@@ -386,31 +438,34 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->sumsq = calloc((size_t)m->lo.n_shards, sizeof *x->sumsq);
   x->opt_jobs = calloc(2 * (size_t)m->lo.n_shards, sizeof *x->opt_jobs);
   x->targets = malloc(sizeof(int32_t) * (size_t)p->batch * p->seq_len);
-  if (!x->ckpt || !x->ckpt_host || !x->rc || !x->version || !x->sumsq || !x->opt_jobs || !x->targets) {
+  x->kept = calloc((size_t)x->L * p->micro_batches, sizeof *x->kept);
+  if (!x->place || !x->keep || !x->ckpt || !x->ckpt_host || !x->rc || !x->version || !x->sumsq ||
+      !x->opt_jobs || !x->targets || !x->kept) {
     eng_exec_close(x);
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's tables");
   }
+  policy_resolve(c, p, x->place, x->keep, e); // accepted above
+  for (int l = 0; l < x->L; l++) x->spills |= x->place[l] == ENG_PLACE_STORE;
   carve cv = {dev, 0};
   layout_arena(x, c, p, &cv);
-  eng_layer_acts_bind(&x->acts, x->acts_buf, c, x->mb, p->seq_len);
-  if (p->keep_acts) {
-    size_t n = (size_t)x->L * p->micro_batches, acts = eng_layer_acts_floats(c, x->mb, p->seq_len);
-    x->kept = calloc(n, sizeof *x->kept);
-    if (!x->kept) {
-      eng_exec_close(x);
-      return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's tables");
-    }
-    for (size_t i = 0; i < n; i++) eng_layer_acts_bind(&x->kept[i], x->acts_buf + i * acts, c, x->mb, p->seq_len);
+  size_t acts = eng_layer_acts_floats(c, x->mb, p->seq_len);
+  float *ab = x->acts_buf;
+  int kept = 0;
+  for (int l = 0; l < x->L; l++) kept += x->keep[l];
+  if (kept < x->L || x->n_rc > 0) {
+    eng_layer_acts_bind(&x->acts, ab, c, x->mb, p->seq_len);
+    ab += acts;
   }
+  for (int l = 0; l < x->L; l++)
+    for (int i = 0; x->keep[l] && i < p->micro_batches; i++, ab += acts)
+      eng_layer_acts_bind(&x->kept[(size_t)l * p->micro_batches + i], ab, c, x->mb, p->seq_len);
   eng_layer_scratch_bind(&x->scratch, x->scratch_buf, c, x->mb, p->seq_len);
-  if (p->ckpt_place == ENG_PLACE_HOST) {
-    for (int l = 0; l < x->L; l++) {
-      if (!is_ckpt(p, l)) continue;
-      if (posix_memalign((void **)&x->ckpt_host[l], 64, x->bnd_floats * sizeof(float))) {
-        eng_exec_close(x);
-        return eng_err_set(e, ENG_ENOMEM, "cannot allocate host checkpoints of %zu bytes",
-                           x->bnd_floats * sizeof(float));
-      }
+  for (int l = 0; l < x->L; l++) {
+    if (x->place[l] != ENG_PLACE_HOST) continue;
+    if (posix_memalign((void **)&x->ckpt_host[l], 64, x->bnd_floats * sizeof(float))) {
+      eng_exec_close(x);
+      return eng_err_set(e, ENG_ENOMEM, "cannot allocate host checkpoints of %zu bytes",
+                         x->bnd_floats * sizeof(float));
     }
   }
   pthread_mutex_init(&x->vmu, NULL);
@@ -437,6 +492,8 @@ void eng_exec_close(eng_exec *x) {
   if (x->ckpt_host)
     for (int l = 0; l < x->L; l++) free(x->ckpt_host[l]);
   free(x->ckpt_host);
+  free(x->place);
+  free(x->keep);
   free(x->ckpt);
   free(x->rc);
   free(x->version);
@@ -458,7 +515,7 @@ static int cancelled(volatile int *cancel) { return cancel && *cancel; }
 
 // Where layer l's micro-batch i keeps its activations.
 static eng_layer_acts *acts_of(eng_exec *x, int l, int i) {
-  return x->kept ? &x->kept[(size_t)l * x->p.micro_batches + i] : &x->acts;
+  return x->keep[l] ? &x->kept[(size_t)l * x->p.micro_batches + i] : &x->acts;
 }
 
 static void build_schedule(eng_exec *x, int backward) {
@@ -472,7 +529,7 @@ static void build_schedule(eng_exec *x, int backward) {
     int e = L;
     while (e > 0) {
       int c = e - 1;
-      while (!is_ckpt(&x->p, c)) c--;
+      while (!is_ckpt(x, c)) c--;
       for (int l = c; l <= e - 2; l++) x->sched[n++] = l + 1;
       for (int l = e - 1; l >= c; l--) x->sched[n++] = l + 1;
       e = c;
@@ -482,24 +539,30 @@ static void build_schedule(eng_exec *x, int backward) {
 }
 
 // Puts boundary l (input of layer l, whole batch) where the policy keeps it.
-static int ckpt_store(eng_exec *x, int l, const float *src, eng_err *e) {
+static int ckpt_store(eng_exec *x, int l, const float *src, eng_exec_result *res, eng_err *e) {
   size_t bytes = x->bnd_floats * sizeof(float);
-  switch (x->p.ckpt_place) {
+  switch (x->place[l]) {
   case ENG_PLACE_DEVICE: memcpy(x->ckpt[l], src, bytes); return 0;
-  case ENG_PLACE_HOST: x->dev->ops->copy_out(x->dev, x->ckpt_host[l], src, bytes); return 0;
+  case ENG_PLACE_HOST:
+    x->dev->ops->copy_out(x->dev, x->ckpt_host[l], src, bytes);
+    res->host_act += bytes;
+    return 0;
   case ENG_PLACE_STORE: break;
+  case ENG_PLACE_NONE: return 0;
   }
   atomic_fetch_add(&x->dev->bytes_out, bytes);
+  res->store_act += bytes;
   return x->p.spill->act_put(x->p.spill->ctx, x->runs, l, 0, src, bytes, e);
 }
 
 static int ckpt_fetch(eng_exec *x, int l, const float **out, eng_err *e) {
   size_t bytes = x->bnd_floats * sizeof(float);
   *out = x->xc;
-  switch (x->p.ckpt_place) {
+  switch (x->place[l]) {
   case ENG_PLACE_DEVICE: *out = x->ckpt[l]; return 0;
   case ENG_PLACE_HOST: x->dev->ops->copy_in(x->dev, x->xc, x->ckpt_host[l], bytes); return 0;
   case ENG_PLACE_STORE: break;
+  case ENG_PLACE_NONE: return eng_err_set(e, ENG_ESTATE, "boundary %d was not kept", l); // a schedule bug
   }
   atomic_fetch_add(&x->dev->bytes_in, bytes);
   return x->p.spill->act_get(x->p.spill->ctx, x->runs, l, 0, x->xc, bytes, e);
@@ -514,7 +577,7 @@ static int abort_step(eng_exec *x, int rc, eng_err *e) {
   armed_finish(x, 0);
   x->n_sched = 0;
   if (rc == ENG_ECANCEL) eng_err_set(e, ENG_ECANCEL, "the run was cancelled");
-  if (x->p.ckpt_place == ENG_PLACE_STORE) {
+  if (x->spills) {
     eng_err ignored;
     x->p.spill->act_drop(x->p.spill->ctx, x->runs, &ignored); // the step's spill is garbage now
   }
@@ -554,8 +617,8 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   float *cur = x->xa, *nxt = x->xb;
   for (int l = 0; l < L; l++) {
     if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
-    if (is_ckpt(&x->p, l) && backward) {
-      int rc = ckpt_store(x, l, cur, e);
+    if (is_ckpt(x, l) && backward) {
+      int rc = ckpt_store(x, l, cur, res, e);
       if (rc) return abort_step(x, rc, e);
     }
     const float *w = sched_acquire(x, l + 1, &res->t_wait);
@@ -599,7 +662,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   int e_ = L;
   while (e_ > 0) {
     int cb = e_ - 1;
-    while (!is_ckpt(&x->p, cb)) cb--;
+    while (!is_ckpt(x, cb)) cb--;
     const float *xin0;
     int rc = ckpt_fetch(x, cb, &xin0, e);
     if (rc) return abort_step(x, rc, e);
@@ -620,7 +683,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
       for (int i = 0; i < nmb; i++) {
         const float *xi = mbrow(x, (float *)in, i);
         eng_layer_acts *a = acts_of(x, l, i);
-        if (!x->kept) eng_layer_fwd(c, lo, w, xi, x->ybuf, mb, T, a); // recompute the layer's inside
+        if (!x->keep[l]) eng_layer_fwd(c, lo, w, xi, x->ybuf, mb, T, a); // recompute the layer's inside
         eng_layer_bwd(c, lo, w, g, xi, a, mbrow(x, dy, i), mbrow(x, dx, i), mb, T, &x->scratch);
       }
       sched_release(x);
@@ -639,7 +702,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   atomic_fetch_add(&x->dev->bytes_out, x->bnd_floats * sizeof(float));
   if (lo->lm_head.numel) memset(m->shards[0].g, 0, m->shards[0].numel * sizeof(float)); // fp32 always
   eng_k_embed_bwd(m->shards[0].g, dy, ids, B * T, d);
-  if (x->p.ckpt_place == ENG_PLACE_STORE) {
+  if (x->spills) {
     int rc = x->p.spill->act_drop(x->p.spill->ctx, x->runs, e);
     if (rc) return rc;
   }

@@ -16,14 +16,21 @@
 
 typedef struct eng_exec_policy {
   int batch, seq_len, micro_batches;
-  int ckpt_every;   // boundary checkpoint every k layers; 0 = only boundary 0
+  // Uniform policy: a boundary checkpoint every k layers (0 = only boundary
+  // 0), all in one place, and keep_acts for every layer.
+  int ckpt_every;
   eng_place ckpt_place;
   const eng_store *spill; // for ENG_PLACE_STORE
-  int keep_acts;    // keep every layer's inner activations from the forward on the
-                    // device, so the backward recomputes nothing (needs ckpt_every 1
-                    // on the device: each layer's input is its boundary)
+  int keep_acts;    // keep the layers' inner activations from the forward on the
+                    // device, so the backward does not recompute them
   int opt_thread;   // updates on the optimizer thread beside compute (as with a GPU),
                     // even when the device computes on the host cores
+  // A plan (engine/plan) instead: per boundary l (the input of layer l,
+  // 0 <= l < L) where it lives, ENG_PLACE_NONE where the backward recomputes
+  // it from the nearest kept boundary before it (boundary 0 must be kept);
+  // per layer whether it keeps its inner activations. NULL: the uniform policy.
+  const eng_place *place;
+  const uint8_t *keep;
 } eng_exec_policy;
 
 // Parameters of one update round, applied shard by shard.
@@ -38,12 +45,20 @@ typedef struct eng_exec_result {
   int64_t count;         // counted tokens
   double grad_sumsq;     // Σ g² over the whole model (valid after a backward)
   double t_fwd, t_loss, t_bwd, t_wait;
+  size_t host_act, store_act; // boundary bytes this run kept in host memory / the store
 } eng_exec_result;
 
-typedef struct eng_exec eng_exec;
+// Bytes the policy keeps in each tier between forward and backward (the host
+// and store tiers hold boundary checkpoints; the device figure is the arena).
+typedef struct eng_exec_tiers {
+  size_t device, host, store;
+} eng_exec_tiers;
 
-// Device bytes the policy needs for model m (without allocating anything).
-size_t eng_exec_arena_bytes(const eng_config *c, const eng_exec_policy *p);
+// Tier bytes the policy needs for config c (without allocating anything);
+// ENG_EINVAL naming the field for a policy that cannot run.
+int eng_exec_tiers_of(const eng_config *c, const eng_exec_policy *p, eng_exec_tiers *t, eng_err *e);
+
+typedef struct eng_exec eng_exec;
 
 // Reserves the arena (refusing a cap that is too small) and starts workers.
 int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_policy *p, eng_err *e);

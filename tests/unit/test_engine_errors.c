@@ -38,8 +38,9 @@ int main(void) {
   expect(&s, ENG_EINVAL, "beta");
   s = base, s.eps = 0;
   expect(&s, ENG_EINVAL, "eps");
-  s = base, s.keep_acts = 1, s.ckpt_every = 2;
-  expect(&s, ENG_EINVAL, "keep_acts");
+  eng_place no_first[2] = {ENG_PLACE_NONE, ENG_PLACE_DEVICE};
+  s = base, s.plan_place = no_first;
+  expect(&s, ENG_EINVAL, "boundary 0");
   s = base, s.eval_every = 5;
   expect(&s, ENG_EINVAL, "eval_path");
   s = base, s.config.n_kv_heads = 3;

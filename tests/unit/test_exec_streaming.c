@@ -129,6 +129,25 @@ int main(void) {
     free_result(&got);
   }
 
+  // A plan's mixed policy: boundaries on the device, in host memory or
+  // recomputed (blocks of 1 to 3 layers), some layers keeping their inner
+  // activations, at the smallest cap it accepts.
+  {
+    static const eng_place place[LAYERS] = {ENG_PLACE_DEVICE, ENG_PLACE_NONE, ENG_PLACE_HOST, ENG_PLACE_NONE,
+                                            ENG_PLACE_NONE,   ENG_PLACE_DEVICE, ENG_PLACE_HOST, ENG_PLACE_NONE};
+    static const uint8_t keep[LAYERS] = {1, 0, 0, 1, 0, 1, 0, 1};
+    eng_spec s = base;
+    s.plan_place = place;
+    s.plan_keep = keep;
+    CHECK_OK(eng_spec_device_bytes(&s, &s.device_cap, &e), &e);
+    result got;
+    run(&s, &got, ids, labels);
+    CHECK(!memcmp(got.grads, ref.grads, ref.n_grads * sizeof(float)), "mixed plan: gradients are not bit-identical");
+    CHECK(!memcmp(got.loss, ref.loss, sizeof ref.loss), "mixed plan: losses are not bit-identical");
+    printf("mixed plan (device/host/recomputed, 4 layers keep activations), cap %zu: bit-identical\n", s.device_cap);
+    free_result(&got);
+  }
+
   // Micro-batches: same batch split in 2 and 4. The bound is on what the
   // device accumulates (fp32), so the store keeps fp32 for this comparison.
   base.grad_dtype = ENG_GRAD_F32;
