@@ -52,9 +52,9 @@ static void key_tile(bwd_tile *t, const bwd_args *a, float *dq, float *dk, float
     float *p = t->pT + (size_t)j * W, *ds = t->dsT + (size_t)j * W;
     for (int i = 0; i < W; i++) {
       // Only the diagonal tile (j0 == i0) has keys after the query.
-      float pij = qt == kt && j > i ? 0.0f : eng_k_expf(p[i] * a->scale - t->L[i]);
+      float pij = qt == kt && j > i ? 0.0f : eng_km_attn_p(p[i], a->scale, t->L[i]);
       p[i] = pij;
-      ds[i] = (pij * (ds[i] - t->D[i])) * a->scale;
+      ds[i] = eng_km_attn_ds(pij, ds[i], t->D[i], a->scale);
     }
   }
   // dv[j][c] += Σ_i Pᵀ[j][i]·dO[i][c] ; dk[j][c] += Σ_i dSᵀ[j][i]·Q[i][c]

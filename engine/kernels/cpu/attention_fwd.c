@@ -40,18 +40,18 @@ static void query_tile(float *out, float *lse, const float *q, const float *k, c
         // Only the diagonal tile has keys after the query (j0 == i0 there).
         float x = t == qt && j > i ? -INFINITY : s[i] * scale;
         s[i] = x;
-        mn[i] = x > mn[i] ? x : mn[i];
+        mn[i] = eng_km_osm_max(mn[i], x);
       }
     }
-    for (int i = 0; i < W; i++) alpha[i] = eng_k_expf(mx[i] - mn[i]);
+    for (int i = 0; i < W; i++) alpha[i] = eng_km_osm_alpha(mx[i], mn[i]);
     for (int j = 0; j < n; j++) {
       float *s = sT + (size_t)j * W;
       for (int i = 0; i < W; i++) {
-        s[i] = eng_k_expf(s[i] - mn[i]);
+        s[i] = eng_km_osm_p(s[i], mn[i]);
         rowsum[i] += s[i];
       }
     }
-    for (int i = 0; i < W; i++) l[i] = l[i] * alpha[i] + rowsum[i], mx[i] = mn[i];
+    for (int i = 0; i < W; i++) l[i] = eng_km_osm_sum(l[i], alpha[i], rowsum[i]), mx[i] = mn[i];
     for (int c = 0; c < hd; c++)
       for (int i = 0; i < W; i++) oT[(size_t)c * W + i] *= alpha[i];
     // oT[c][i] += Σ_j v_j[c] · p[i][j]
@@ -62,7 +62,7 @@ static void query_tile(float *out, float *lse, const float *q, const float *k, c
   for (int i = 0; i < m; i++) {
     float *o = out + (size_t)(i0 + i) * qs;
     for (int c = 0; c < hd; c++) o[c] = oT[(size_t)c * W + i];
-    lse[i0 + i] = mx[i] + logf(l[i]);
+    lse[i0 + i] = eng_km_osm_lse(mx[i], l[i]);
   }
 }
 

@@ -47,13 +47,13 @@ static double row_loss(float *x, int V, int32_t t, float grad_scale, int grad) {
     x[j] = eng_k_expf(x[j] - mx);
     acc[l] += (double)x[j];
   }
-  double sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  double sum = eng_km_sum8_tree(acc);
   if (grad) {
-    float inv = (float)(1.0 / sum), pt = x[t] * inv;
-    for (j = 0; j < V; j++) x[j] = (x[j] * inv) * grad_scale;
-    x[t] = (pt - 1.0f) * grad_scale;
+    float inv = eng_km_ce_inv(sum), et = x[t];
+    for (j = 0; j < V; j++) x[j] = eng_km_ce_dlogit(x[j], inv, 0, grad_scale);
+    x[t] = eng_km_ce_dlogit(et, inv, 1, grad_scale);
   }
-  return (double)mx + log(sum) - (double)xt;
+  return eng_km_ce_loss(mx, sum, xt);
 }
 
 double eng_k_head_loss(float *dh, float *dw, float *logits_out, const float *h, const float *w,

@@ -1,5 +1,6 @@
-// Math shared by the cpu kernels: an exp that the compiler vectorises and
-// reductions with a fixed lane structure. Plain C on purpose: -O3 -march=X
+// Math shared by the cpu kernels: reductions with a fixed lane structure
+// (the per-element formulas, exp included, are kernels/kmath_hd.h's, shared
+// with the cuda kernels). Plain C on purpose: -O3 -march=X
 // turns these loops into SIMD code, and because every lane does the same
 // sequence of roundings (fmaf where fused, nothing contracted) the results
 // do not depend on the SIMD width, the alignment peeling or the thread count.
@@ -11,46 +12,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/kmath_hd.h"
+
 // Below this many elements an OpenMP region costs more than it saves.
 #define ENG_K_PAR_MIN 32768
 
-// exp(x) in float, within 2 ulp of the exact value on [-87, 88]; 0 below
-// that range, +inf above, NaN in, NaN out. libm's expf is a scalar call that
-// the compiler cannot vectorise without -ffast-math, and softmax over long
-// rows spends most of its time in exp. Method: x = n·ln2 + r, |r| <= ln2/2,
-// exp(r) by its Taylor series to degree 7 (truncation error < 5e-9), 2^n
-// written into the exponent bits.
-static inline float eng_k_expf(float x) {
-  const float lo = -87.0f, hi = 88.0f;
-  float xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
-  // Adding 1.5·2^23 rounds to the nearest integer and leaves it in the low
-  // mantissa bits, so n needs no float-to-int conversion.
-  const float shift = 12582912.0f;
-  float t = xc * 1.44269504088896341f + shift;
-  float nf = t - shift;
-  uint32_t tb;
-  memcpy(&tb, &t, sizeof tb);
-  uint32_t n = tb - 0x4B400000u;   // two's complement of the integer n
-  // ln2 split so that nf·ln2_hi is exact (ln2_hi has 16 significant bits).
-  float r = fmaf(nf, -0.693145751953125f, xc);
-  r = fmaf(nf, -1.428606765330187e-6f, r);
-  float p = 1.0f / 5040.0f;
-  p = fmaf(p, r, 1.0f / 720.0f);
-  p = fmaf(p, r, 1.0f / 120.0f);
-  p = fmaf(p, r, 1.0f / 24.0f);
-  p = fmaf(p, r, 1.0f / 6.0f);
-  p = fmaf(p, r, 0.5f);
-  p = fmaf(p, r, 1.0f);
-  p = fmaf(p, r, 1.0f);
-  uint32_t sb = (n + 127u) << 23;
-  float s;
-  memcpy(&s, &sb, sizeof s);
-  float y = p * s;
-  y = x < lo ? 0.0f : y;
-  y = x > hi ? INFINITY : y;
-  return x != x ? x : y;
-}
+// The cpu kernels' name for eng_km_expf (kernels/kmath_hd.h): exp in plain
+// arithmetic that the compiler vectorises and the device reproduces.
+static inline float eng_k_expf(float x) { return eng_km_expf(x); }
 
 // Σ x[i]² in double with 8 interleaved partial sums combined in a fixed
 // tree; each square is exact in double, so only the additions round.
@@ -60,7 +29,7 @@ static inline double eng_k_sumsq_row(const float *x, size_t n) {
   for (; i + 8 <= n; i += 8)
     for (int l = 0; l < 8; l++) acc[l] += (double)x[i + l] * (double)x[i + l];
   for (int l = 0; i < n; i++, l++) acc[l] += (double)x[i] * (double)x[i];
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  return eng_km_sum8_tree(acc);
 }
 
 // Σ a[i]·b[i] in float with 16 interleaved fmaf chains combined in a fixed

@@ -13,10 +13,9 @@ void eng_k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, in
   for (int i = 0; i < n; i++) {
     const float *xi = x + (size_t)i * d;
     float *yi = y + (size_t)i * d;
-    float var = (float)(eng_k_sumsq_row(xi, (size_t)d) / d);
-    float r = 1.0f / sqrtf(var + eps);
+    float r = eng_km_rms_rstd(eng_k_sumsq_row(xi, (size_t)d), d, eps);
     rstd[i] = r;
-    for (int j = 0; j < d; j++) yi[j] = (xi[j] * r) * w[j];
+    for (int j = 0; j < d; j++) yi[j] = eng_km_rms_y(xi[j], r, w[j]);
   }
 }
 
@@ -25,13 +24,12 @@ static double dot_dxhat_xhat(const float *dy, const float *w, const float *x, fl
   double acc[8] = {0};
   int j = 0;
   for (; j + 8 <= d; j += 8)
-    for (int l = 0; l < 8; l++) acc[l] += (double)(dy[j + l] * w[j + l]) * (double)(x[j + l] * r);
-  for (int l = 0; j < d; j++, l++) acc[l] += (double)(dy[j] * w[j]) * (double)(x[j] * r);
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for (int l = 0; l < 8; l++) acc[l] += eng_km_rms_dot_term(dy[j + l], w[j + l], x[j + l], r);
+  for (int l = 0; j < d; j++, l++) acc[l] += eng_km_rms_dot_term(dy[j], w[j], x[j], r);
+  return eng_km_sum8_tree(acc);
 }
 
-// dx = r·(dxhat − xhat·mean(dxhat∘xhat)) with dxhat = dy∘w: the chain rule
-// through xhat = x·r and r = (mean(x²)+eps)^(-1/2).
+// dx = r·(dxhat − xhat·mean(dxhat∘xhat)) with dxhat = dy∘w (eng_km_rms_dx).
 // dw[j] += Σ_i dy[i][j]·xhat[i][j]: threads own column blocks and sum their
 // columns over the rows in order (in double), so nothing depends on how many
 // threads there are.
@@ -47,11 +45,11 @@ void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, co
         const float *xi = x + (size_t)i * d, *dyi = dy + (size_t)i * d;
         float *dxi = dx + (size_t)i * d;
         float r = rstd[i];
-        float c = (float)(dot_dxhat_xhat(dyi, w, xi, r, d) / d);
+        float c = eng_km_rms_c(dot_dxhat_xhat(dyi, w, xi, r, d), d);
         if (accumulate_dx)
-          for (int j = 0; j < d; j++) dxi[j] += r * (dyi[j] * w[j] - (xi[j] * r) * c);
+          for (int j = 0; j < d; j++) dxi[j] += eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
         else
-          for (int j = 0; j < d; j++) dxi[j] = r * (dyi[j] * w[j] - (xi[j] * r) * c);
+          for (int j = 0; j < d; j++) dxi[j] = eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
       }
     }
     if (dw) {
@@ -62,7 +60,7 @@ void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, co
         for (int i = 0; i < n; i++) {
           const float *xi = x + (size_t)i * d + j0, *dyi = dy + (size_t)i * d + j0;
           float r = rstd[i];
-          for (int j = 0; j < m; j++) acc[j] += (double)(dyi[j] * (xi[j] * r));
+          for (int j = 0; j < m; j++) acc[j] += eng_km_rms_dw_term(dyi[j], xi[j], r);
         }
         for (int j = 0; j < m; j++) dw[j0 + j] += (float)acc[j];
       }

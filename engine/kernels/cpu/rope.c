@@ -15,12 +15,12 @@
 static void rotate(float *x, int B, int T, int heads, int hd, float theta, float sign) {
   int h = hd / 2;
   float inv_freq[ENG_K_MAX_HD / 2];
-  for (int i = 0; i < h; i++) inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+  for (int i = 0; i < h; i++) inv_freq[i] = eng_km_rope_inv_freq(i, hd, theta);
 #pragma omp parallel for schedule(static) if ((size_t)B * T * heads * hd >= ENG_K_PAR_MIN)
   for (int t = 0; t < T; t++) {
     float c[ENG_K_MAX_HD / 2], s[ENG_K_MAX_HD / 2];
     for (int i = 0; i < h; i++) {
-      float a = (float)t * inv_freq[i];
+      float a = eng_km_rope_angle(t, inv_freq[i]);
       c[i] = cosf(a);
       s[i] = sign * sinf(a);
     }
@@ -29,8 +29,8 @@ static void rotate(float *x, int B, int T, int heads, int hd, float theta, float
         float *x1 = x + (((size_t)b * T + t) * heads + k) * hd, *x2 = x1 + h;
         for (int i = 0; i < h; i++) {
           float u = x1[i], v = x2[i];
-          x1[i] = u * c[i] - v * s[i];
-          x2[i] = v * c[i] + u * s[i];
+          x1[i] = eng_km_rope_lo(u, v, c[i], s[i]);
+          x2[i] = eng_km_rope_hi(u, v, c[i], s[i]);
         }
       }
   }

@@ -9,19 +9,10 @@
 
 void eng_k_swiglu_fwd(float *h, const float *gate, const float *up, size_t n) {
 #pragma omp parallel for schedule(static) if (n >= ENG_K_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
-    float g = gate[i];
-    h[i] = (g / (1.0f + eng_k_expf(-g))) * up[i];
-  }
+  for (size_t i = 0; i < n; i++) h[i] = eng_km_swiglu(gate[i], up[i]);
 }
 
 void eng_k_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n) {
 #pragma omp parallel for schedule(static) if (n >= ENG_K_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
-    float g = gate[i];
-    float e = 1.0f + eng_k_expf(-g);
-    float s = 1.0f / e;
-    dup[i] = dh[i] * (g / e);
-    dgate[i] = ((dh[i] * up[i]) * s) * (1.0f + g * (1.0f - s));
-  }
+  for (size_t i = 0; i < n; i++) eng_km_swiglu_bwd(dh[i], gate[i], up[i], &dgate[i], &dup[i]);
 }
