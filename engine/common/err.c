@@ -39,6 +39,7 @@ const char *eng_err_name(int code) {
   case ENG_ECANCEL: return "cancelled";
   case ENG_ENONFINITE: return "non-finite values";
   case ENG_ESTATE: return "bad state";
+  case ENG_EDEVICE: return "device error";
   default: return "unknown error";
   }
 }

@@ -16,6 +16,7 @@ enum {
   ENG_ECANCEL = -6,  // the cancel flag was raised
   ENG_ENONFINITE = -7, // non-finite loss or gradients
   ENG_ESTATE = -8,   // call out of order (e.g. load into a run of another shape)
+  ENG_EDEVICE = -9,  // the GPU, its driver or a GPU library failed (or there is no GPU)
 };
 
 typedef struct eng_err {

@@ -1,0 +1,188 @@
+// The cuda kernels (engine/kernels/cuda): the ops of kernels/kernels.h on
+// the GPU, callable from C. Same op list, argument order and layouts as the
+// cpu kernels; what differs is stated here once:
+//
+// - Storage is bf16 with fp32 arithmetic inside every kernel (DESIGN §2):
+//   activations, activation gradients and weights are eng_bf16 arrays;
+//   weight gradients are fp32 accumulators ("dw +=") that eng_cuda_grad_finish
+//   turns into the bf16 (or fp32) values that cross PCIe. Per-row statistics
+//   (rstd, lse, the attention's D) are fp32. Token ids and targets are int32.
+// - Every pointer is device memory, 16-byte aligned (the arena's 64-byte
+//   carving satisfies this; cuBLASLt is told each pointer's real alignment).
+// - Work is queued on a stream: either the eng_cuda_stream argument or the
+//   stream of the eng_cuda_ctx (which also holds cuBLASLt and a small
+//   reduction scratch). Nothing waits for the GPU; a function returns
+//   ENG_EDEVICE (message: file:line, call, CUDA's reason) when a launch is
+//   refused, and errors of the kernels themselves surface at the next
+//   eng_cuda_stream_sync.
+// - Determinism: no atomics; every reduction combines fixed partials in a
+//   fixed order, so a run repeats to the bit on the same GPU and library
+//   versions. Rows are not independent of the micro-batch split as they are
+//   on the cpu (cuBLASLt picks its algorithm by shape).
+// - The per-element formulas are the cpu kernels' own (kernels/kmath_hd.h),
+//   so elementwise results on bf16 inputs match the cpu to the bit except
+//   where a libm function (powf, sinf, cosf, logf, log) differs by an ulp.
+#ifndef ENG_KERNELS_CUDA_KERNELS_CUDA_H
+#define ENG_KERNELS_CUDA_KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "common/err.h"
+#include "model/config.h"
+#include "model/layout.h"
+
+typedef uint16_t eng_bf16;                   // the bits of a bfloat16
+typedef struct CUstream_st *eng_cuda_stream; // a cudaStream_t
+typedef struct eng_cuda_ctx eng_cuda_ctx;
+
+// ---- context, streams, plain memory ---------------------------------------------
+
+// A cuBLASLt handle, its workspace and the reduction scratch of the column
+// sums (norm and bias weight gradients), bound to stream s. Allocates
+// eng_cuda_ctx_device_bytes() of device memory outside any arena.
+int eng_cuda_ctx_open(eng_cuda_ctx **out, eng_cuda_stream s, eng_err *e);
+void eng_cuda_ctx_close(eng_cuda_ctx *cx);
+eng_cuda_stream eng_cuda_ctx_stream(const eng_cuda_ctx *cx);
+size_t eng_cuda_ctx_device_bytes(void);
+
+// Waits for the work queued on s and reports the first error it hit.
+int eng_cuda_stream_sync(eng_cuda_stream s, eng_err *e);
+
+// p[0..bytes) = 0 on stream s.
+int eng_cuda_zero(void *p, size_t bytes, eng_cuda_stream s, eng_err *e);
+
+// Number of CUDA devices, or a negative ENG_EDEVICE with the reason (no
+// driver, no device) in e. Touches no device.
+int eng_cuda_device_count(eng_err *e);
+
+// ---- conversions ------------------------------------------------------------------
+
+// Round to nearest even (eng_km_bf16_from_f32) and the exact widening.
+int eng_cuda_bf16_from_f32(eng_bf16 *dst, const float *src, size_t n, eng_cuda_stream s, eng_err *e);
+int eng_cuda_bf16_to_f32(float *dst, const eng_bf16 *src, size_t n, eng_cuda_stream s, eng_err *e);
+
+// ---- the ops of kernels.h --------------------------------------------------------
+
+// y[n,out] = x[n,in] · w[out,in]ᵀ (+ b[out]) (+ res[n,out]): cuBLASLt, fp32
+// accumulation, one rounding to bf16 when b is NULL (the residual rides in
+// the GEMM's C operand). y may alias res.
+int eng_cuda_linear_fwd(eng_cuda_ctx *cx, eng_bf16 *y, const eng_bf16 *x, const eng_bf16 *w, const eng_bf16 *b,
+                        const eng_bf16 *res, int n, int in, int out, eng_err *e);
+// dx[n,in] (= or +=) dy · w ; dw[out,in] += dyᵀ · x (fp32) ; db[out] += Σ_rows dy (fp32).
+int eng_cuda_linear_bwd(eng_cuda_ctx *cx, eng_bf16 *dx, float *dw, float *db, const eng_bf16 *dy, const eng_bf16 *x,
+                        const eng_bf16 *w, int n, int in, int out, int accumulate_dx, eng_err *e);
+
+// RMSNorm over rows of d: y = (x·rstd)·w, rstd[n] fp32.
+int eng_cuda_rmsnorm_fwd(eng_bf16 *y, float *rstd, const eng_bf16 *x, const eng_bf16 *w, int n, int d, float eps,
+                         eng_cuda_stream s, eng_err *e);
+// dx (= or +=); dw[d] += (fp32, may be NULL).
+int eng_cuda_rmsnorm_bwd(eng_cuda_ctx *cx, eng_bf16 *dx, float *dw, const eng_bf16 *dy, const eng_bf16 *x,
+                         const eng_bf16 *w, const float *rstd, int n, int d, int accumulate_dx, eng_err *e);
+
+// Rotary embedding in place on x[B*T, heads, hd] (kernels.h's convention).
+int eng_cuda_rope_fwd(eng_bf16 *x, int B, int T, int heads, int hd, float theta, eng_cuda_stream s, eng_err *e);
+int eng_cuda_rope_bwd(eng_bf16 *dx, int B, int T, int heads, int hd, float theta, eng_cuda_stream s, eng_err *e);
+
+// Largest head dim of the cuda attention kernels; head_dim must also be a
+// multiple of 16 (the tensor-core tile). eng_cuda_check_config refuses others.
+#define ENG_CUDA_MAX_HD 128
+
+// Causal GQA attention (kernels.h's layouts): 64×64 tiles on the tensor
+// cores, online softmax, O(T·hd) memory; out bf16, lse fp32 [B,H,T].
+int eng_cuda_attention_fwd(eng_bf16 *out, float *lse, const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v, int B,
+                           int T, int H, int KV, int hd, eng_cuda_stream s, eng_err *e);
+// dq, dk, dv overwritten. scratch: eng_cuda_attention_bwd_scratch_bytes.
+int eng_cuda_attention_bwd(eng_bf16 *dq, eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const eng_bf16 *out,
+                           const float *lse, const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v, int B, int T,
+                           int H, int KV, int hd, void *scratch, eng_cuda_stream s, eng_err *e);
+size_t eng_cuda_attention_bwd_scratch_bytes(int B, int T, int H);
+
+// h = silu(gate)·up over n values, and its backward.
+int eng_cuda_swiglu_fwd(eng_bf16 *h, const eng_bf16 *gate, const eng_bf16 *up, size_t n, eng_cuda_stream s,
+                        eng_err *e);
+int eng_cuda_swiglu_bwd(eng_bf16 *dgate, eng_bf16 *dup, const eng_bf16 *dh, const eng_bf16 *gate, const eng_bf16 *up,
+                        size_t n, eng_cuda_stream s, eng_err *e);
+
+// x[n,d] = table[ids[i]] (bf16); an id outside [0, vocab) gives a zero row
+// (ids are validated on the host; this only keeps a bad one in bounds).
+// bwd: dtable[ids[i]] += dx[i] in fp32, rows added in i order per column.
+int eng_cuda_embed_fwd(eng_bf16 *x, const eng_bf16 *table, const int32_t *ids, int n, int d, int vocab,
+                       eng_cuda_stream s, eng_err *e);
+int eng_cuda_embed_bwd(float *dtable, const eng_bf16 *dx, const int32_t *ids, int n, int d, int vocab,
+                       eng_cuda_stream s, eng_err *e);
+
+// The head fused with the cross-entropy, a chunk of rows at a time (kernels.h's
+// eng_k_head_loss): per chunk, fp32 logits = h·wᵀ (cuBLASLt), each row's
+// log-sum-exp, loss and bf16 dlogits = grad_scale·(softmax − onehot), then
+// dh = dlogits·w and dw += dlogitsᵀ·h (fp32). *loss_sum (device double) +=
+// Σ CE over counted rows (targets < 0 count nothing). dh/dw NULL: forward
+// only. logits_out (fp32 [n,V], may be NULL) receives the logits.
+// scratch: eng_cuda_head_loss_scratch_bytes(V).
+int eng_cuda_head_loss(eng_cuda_ctx *cx, eng_bf16 *dh, float *dw, float *logits_out, double *loss_sum,
+                       const eng_bf16 *h, const eng_bf16 *w, const int32_t *targets, int n, int d, int V,
+                       float grad_scale, void *scratch, eng_err *e);
+size_t eng_cuda_head_loss_scratch_bytes(int V);
+
+// A finished gradient: from the fp32 accumulator acc[n], out[n] = bf16(acc)
+// (skipped when out is NULL) and *sumsq (device double) = Σ g² over the
+// values as stored (bf16 when out, else acc), with the block structure of
+// eng_bf16_sumsq / eng_k_sumsq, so the result equals the host's to the bit.
+// scratch: eng_cuda_grad_finish_scratch_bytes(n).
+int eng_cuda_grad_finish(eng_bf16 *out, double *sumsq, const float *acc, size_t n, void *scratch,
+                         eng_cuda_stream s, eng_err *e);
+size_t eng_cuda_grad_finish_scratch_bytes(size_t n);
+
+// ---- one transformer layer (exec/layer.h's composition) --------------------------
+
+// Refuses a config the cuda kernels cannot run (head_dim).
+int eng_cuda_check_config(const eng_config *c, eng_err *e);
+
+// Activations of one layer for one micro-batch of n = B*T rows (the fields
+// of exec/layer.h's eng_layer_acts, bf16 except the fp32 statistics).
+typedef struct eng_cuda_layer_acts {
+  eng_bf16 *xn1; float *rstd1;     // [n,d], [n]
+  eng_bf16 *qpre, *kpre;           // Qwen3 only: [n,H*hd], [n,KV*hd]
+  float *rstdq, *rstdk;            // Qwen3 only: [n*H], [n*KV]
+  eng_bf16 *q, *k, *v;             // after norm and RoPE
+  eng_bf16 *att; float *lse;       // [n,H*hd], [B,H,T]
+  eng_bf16 *xmid;                  // [n,d]
+  eng_bf16 *xn2; float *rstd2;     // [n,d], [n]
+  eng_bf16 *gate, *up, *hact;      // [n,ff] x3
+} eng_cuda_layer_acts;
+
+// Scratch of the backward for one micro-batch.
+typedef struct eng_cuda_layer_scratch {
+  eng_bf16 *dff1, *dff2, *dff3;    // [n,ff] x3
+  eng_bf16 *dxn, *dxmid;           // [n,d] x2
+  eng_bf16 *datt, *dq, *dk, *dv;   // [n,H*hd] x2, [n,KV*hd] x2
+  void *attn;                      // eng_cuda_attention_bwd's scratch
+} eng_cuda_layer_scratch;
+
+// Device bytes of the structs above for B sequences of T, and binding them
+// to a region of that size (256-byte aligned base; every field is).
+size_t eng_cuda_layer_acts_bytes(const eng_config *c, int B, int T);
+size_t eng_cuda_layer_scratch_bytes(const eng_config *c, int B, int T);
+void eng_cuda_layer_acts_bind(eng_cuda_layer_acts *a, void *base, const eng_config *c, int B, int T);
+void eng_cuda_layer_scratch_bind(eng_cuda_layer_scratch *s, void *base, const eng_config *c, int B, int T);
+
+// y = layer(x) on cx's stream; w is the layer shard in bf16 with the
+// offsets of lo->layer_proto (the fp32 shard's layout, element for element).
+int eng_cuda_layer_fwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *lo, const eng_bf16 *w,
+                       const eng_bf16 *x, eng_bf16 *y, int B, int T, const eng_cuda_layer_acts *a, eng_err *e);
+// Given acts from eng_cuda_layer_fwd on the same x: dx (written) from dy, and
+// the layer's weight gradients accumulated into dw (fp32, the shard layout).
+// dx may alias dy.
+int eng_cuda_layer_bwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *lo, const eng_bf16 *w, float *dw,
+                       const eng_bf16 *x, const eng_cuda_layer_acts *a, const eng_bf16 *dy, eng_bf16 *dx, int B,
+                       int T, const eng_cuda_layer_scratch *s, eng_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,174 @@
+// One transformer layer on the GPU, composed from the cuda kernels exactly as
+// exec/layer.c composes the cpu ones:
+//   x ─ RMSNorm ─ q,k,v proj (+bias) ─ [q/k RMSNorm] ─ RoPE ─ attention ─ o proj (+x) = xmid
+//   xmid ─ RMSNorm ─ gate,up proj ─ SwiGLU ─ down proj (+xmid) = y
+// The residual adds ride in the o and down GEMMs (their C operand), so each
+// is one rounding to bf16.
+#include "kernels/cuda/ctx.cuh"
+
+#define W(p) (lo->layer_proto[p].numel ? w + lo->layer_proto[p].off : NULL)
+#define DW(p) (lo->layer_proto[p].numel ? dw + lo->layer_proto[p].off : NULL)
+#define TRY(call)          \
+  do {                     \
+    int rc_ = (call);      \
+    if (rc_) return rc_;   \
+  } while (0)
+
+int eng_cuda_check_config(const eng_config *c, eng_err *e) {
+  if (c->head_dim <= 0 || c->head_dim % 16 != 0 || c->head_dim > ENG_CUDA_MAX_HD)
+    return eng_err_set(e, ENG_ENOTSUP,
+                       "the cuda backend needs head_dim to be a multiple of 16 up to %d; this model has %d",
+                       ENG_CUDA_MAX_HD, c->head_dim);
+  if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads != 0)
+    return eng_err_set(e, ENG_EINVAL, "%d attention heads are not a multiple of %d kv heads", c->n_heads,
+                       c->n_kv_heads);
+  return 0;
+}
+
+// One layout function both sizes (base NULL) and binds the structs, so the
+// bytes counted are the bytes used. Every field starts 256-byte aligned.
+typedef struct carve {
+  char *base;
+  size_t off;
+} carve;
+
+template <class T> static T *take(carve *cv, size_t count) {
+  T *p = cv->base ? (T *)(cv->base + cv->off) : NULL;
+  cv->off += (count * sizeof(T) + 255) & ~(size_t)255;
+  return p;
+}
+
+static void acts_layout(eng_cuda_layer_acts *a, carve *cv, const eng_config *c, int B, int T) {
+  const size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
+  const size_t kvd = (size_t)c->n_kv_heads * c->head_dim, ff = c->d_ff;
+  memset(a, 0, sizeof *a);
+  a->xn1 = take<eng_bf16>(cv, n * d);
+  a->rstd1 = take<float>(cv, n);
+  if (c->qk_norm) {
+    a->qpre = take<eng_bf16>(cv, n * qd);
+    a->kpre = take<eng_bf16>(cv, n * kvd);
+    a->rstdq = take<float>(cv, n * c->n_heads);
+    a->rstdk = take<float>(cv, n * c->n_kv_heads);
+  }
+  a->q = take<eng_bf16>(cv, n * qd);
+  a->k = take<eng_bf16>(cv, n * kvd);
+  a->v = take<eng_bf16>(cv, n * kvd);
+  a->att = take<eng_bf16>(cv, n * qd);
+  a->lse = take<float>(cv, (size_t)B * c->n_heads * T);
+  a->xmid = take<eng_bf16>(cv, n * d);
+  a->xn2 = take<eng_bf16>(cv, n * d);
+  a->rstd2 = take<float>(cv, n);
+  a->gate = take<eng_bf16>(cv, n * ff);
+  a->up = take<eng_bf16>(cv, n * ff);
+  a->hact = take<eng_bf16>(cv, n * ff);
+}
+
+static void scratch_layout(eng_cuda_layer_scratch *s, carve *cv, const eng_config *c, int B, int T) {
+  const size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
+  const size_t kvd = (size_t)c->n_kv_heads * c->head_dim, ff = c->d_ff;
+  s->dff1 = take<eng_bf16>(cv, n * ff);
+  s->dff2 = take<eng_bf16>(cv, n * ff);
+  s->dff3 = take<eng_bf16>(cv, n * ff);
+  s->dxn = take<eng_bf16>(cv, n * d);
+  s->dxmid = take<eng_bf16>(cv, n * d);
+  s->datt = take<eng_bf16>(cv, n * qd);
+  s->dq = take<eng_bf16>(cv, n * qd);
+  s->dk = take<eng_bf16>(cv, n * kvd);
+  s->dv = take<eng_bf16>(cv, n * kvd);
+  s->attn = take<char>(cv, eng_cuda_attention_bwd_scratch_bytes(B, T, c->n_heads));
+}
+
+size_t eng_cuda_layer_acts_bytes(const eng_config *c, int B, int T) {
+  eng_cuda_layer_acts a;
+  carve cv = {NULL, 0};
+  acts_layout(&a, &cv, c, B, T);
+  return cv.off;
+}
+
+size_t eng_cuda_layer_scratch_bytes(const eng_config *c, int B, int T) {
+  eng_cuda_layer_scratch s;
+  carve cv = {NULL, 0};
+  scratch_layout(&s, &cv, c, B, T);
+  return cv.off;
+}
+
+void eng_cuda_layer_acts_bind(eng_cuda_layer_acts *a, void *base, const eng_config *c, int B, int T) {
+  carve cv = {(char *)base, 0};
+  acts_layout(a, &cv, c, B, T);
+}
+
+void eng_cuda_layer_scratch_bind(eng_cuda_layer_scratch *s, void *base, const eng_config *c, int B, int T) {
+  carve cv = {(char *)base, 0};
+  scratch_layout(s, &cv, c, B, T);
+}
+
+static int copy(eng_bf16 *dst, const eng_bf16 *src, size_t count, cudaStream_t s, eng_err *e) {
+  ENG_CUDA_TRY(cudaMemcpyAsync(dst, src, count * sizeof(eng_bf16), cudaMemcpyDeviceToDevice, s), e);
+  return 0;
+}
+
+int eng_cuda_layer_fwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *lo, const eng_bf16 *w,
+                       const eng_bf16 *x, eng_bf16 *y, int B, int T, const eng_cuda_layer_acts *a, eng_err *e) {
+  TRY(eng_cuda_check_config(c, e));
+  const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+  const int qd = H * hd, kvd = KV * hd, ff = c->d_ff;
+  cudaStream_t s = cx->stream;
+
+  TRY(eng_cuda_rmsnorm_fwd(a->xn1, a->rstd1, x, W(ENG_P_ATTN_NORM), n, d, c->rms_eps, s, e));
+  eng_bf16 *q = c->qk_norm ? a->qpre : a->q, *k = c->qk_norm ? a->kpre : a->k;
+  TRY(eng_cuda_linear_fwd(cx, q, a->xn1, W(ENG_P_WQ), W(ENG_P_BQ), NULL, n, d, qd, e));
+  TRY(eng_cuda_linear_fwd(cx, k, a->xn1, W(ENG_P_WK), W(ENG_P_BK), NULL, n, d, kvd, e));
+  TRY(eng_cuda_linear_fwd(cx, a->v, a->xn1, W(ENG_P_WV), W(ENG_P_BV), NULL, n, d, kvd, e));
+  if (c->qk_norm) { // Qwen3: RMSNorm over each head's hd values, before RoPE
+    TRY(eng_cuda_rmsnorm_fwd(a->q, a->rstdq, a->qpre, W(ENG_P_QNORM), n * H, hd, c->rms_eps, s, e));
+    TRY(eng_cuda_rmsnorm_fwd(a->k, a->rstdk, a->kpre, W(ENG_P_KNORM), n * KV, hd, c->rms_eps, s, e));
+  }
+  TRY(eng_cuda_rope_fwd(a->q, B, T, H, hd, c->rope_theta, s, e));
+  TRY(eng_cuda_rope_fwd(a->k, B, T, KV, hd, c->rope_theta, s, e));
+  TRY(eng_cuda_attention_fwd(a->att, a->lse, a->q, a->k, a->v, B, T, H, KV, hd, s, e));
+  TRY(eng_cuda_linear_fwd(cx, a->xmid, a->att, W(ENG_P_WO), NULL, x, n, qd, d, e));
+
+  TRY(eng_cuda_rmsnorm_fwd(a->xn2, a->rstd2, a->xmid, W(ENG_P_MLP_NORM), n, d, c->rms_eps, s, e));
+  TRY(eng_cuda_linear_fwd(cx, a->gate, a->xn2, W(ENG_P_WGATE), NULL, NULL, n, d, ff, e));
+  TRY(eng_cuda_linear_fwd(cx, a->up, a->xn2, W(ENG_P_WUP), NULL, NULL, n, d, ff, e));
+  TRY(eng_cuda_swiglu_fwd(a->hact, a->gate, a->up, (size_t)n * ff, s, e));
+  return eng_cuda_linear_fwd(cx, y, a->hact, W(ENG_P_WDOWN), NULL, a->xmid, n, ff, d, e);
+}
+
+int eng_cuda_layer_bwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *lo, const eng_bf16 *w, float *dw,
+                       const eng_bf16 *x, const eng_cuda_layer_acts *a, const eng_bf16 *dy, eng_bf16 *dx, int B,
+                       int T, const eng_cuda_layer_scratch *s, eng_err *e) {
+  TRY(eng_cuda_check_config(c, e));
+  const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+  const int qd = H * hd, kvd = KV * hd, ff = c->d_ff;
+  cudaStream_t st = cx->stream;
+
+  // MLP: y = xmid + down(silu(gate) * up), gate/up = proj(norm2(xmid)).
+  TRY(eng_cuda_linear_bwd(cx, s->dff1, DW(ENG_P_WDOWN), NULL, dy, a->hact, W(ENG_P_WDOWN), n, ff, d, 0, e));
+  TRY(eng_cuda_swiglu_bwd(s->dff2, s->dff3, s->dff1, a->gate, a->up, (size_t)n * ff, st, e));
+  TRY(eng_cuda_linear_bwd(cx, s->dxn, DW(ENG_P_WGATE), NULL, s->dff2, a->xn2, W(ENG_P_WGATE), n, d, ff, 0, e));
+  TRY(eng_cuda_linear_bwd(cx, s->dxn, DW(ENG_P_WUP), NULL, s->dff3, a->xn2, W(ENG_P_WUP), n, d, ff, 1, e));
+  TRY(copy(s->dxmid, dy, (size_t)n * d, st, e)); // the residual path
+  TRY(eng_cuda_rmsnorm_bwd(cx, s->dxmid, DW(ENG_P_MLP_NORM), s->dxn, a->xmid, W(ENG_P_MLP_NORM), a->rstd2, n, d, 1,
+                           e));
+
+  // Attention: xmid = x + o(attn(rope(qk_norm(proj(norm1(x)))))).
+  TRY(eng_cuda_linear_bwd(cx, s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0, e));
+  TRY(eng_cuda_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, B, T, H, KV, hd,
+                             s->attn, st, e));
+  TRY(eng_cuda_rope_bwd(s->dq, B, T, H, hd, c->rope_theta, st, e));
+  TRY(eng_cuda_rope_bwd(s->dk, B, T, KV, hd, c->rope_theta, st, e));
+  if (c->qk_norm) { // back through the per-head norms; datt is free to hold dq_pre
+    TRY(eng_cuda_rmsnorm_bwd(cx, s->datt, DW(ENG_P_QNORM), s->dq, a->qpre, W(ENG_P_QNORM), a->rstdq, n * H, hd, 0,
+                             e));
+    TRY(copy(s->dq, s->datt, (size_t)n * qd, st, e));
+    TRY(eng_cuda_rmsnorm_bwd(cx, s->datt, DW(ENG_P_KNORM), s->dk, a->kpre, W(ENG_P_KNORM), a->rstdk, n * KV, hd, 0,
+                             e));
+    TRY(copy(s->dk, s->datt, (size_t)n * kvd, st, e));
+  }
+  TRY(eng_cuda_linear_bwd(cx, s->dxn, DW(ENG_P_WQ), DW(ENG_P_BQ), s->dq, a->xn1, W(ENG_P_WQ), n, d, qd, 0, e));
+  TRY(eng_cuda_linear_bwd(cx, s->dxn, DW(ENG_P_WK), DW(ENG_P_BK), s->dk, a->xn1, W(ENG_P_WK), n, d, kvd, 1, e));
+  TRY(eng_cuda_linear_bwd(cx, s->dxn, DW(ENG_P_WV), DW(ENG_P_BV), s->dv, a->xn1, W(ENG_P_WV), n, d, kvd, 1, e));
+  TRY(copy(dx, s->dxmid, (size_t)n * d, st, e));
+  return eng_cuda_rmsnorm_bwd(cx, dx, DW(ENG_P_ATTN_NORM), s->dxn, x, W(ENG_P_ATTN_NORM), a->rstd1, n, d, 1, e);
+}

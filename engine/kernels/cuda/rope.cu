@@ -1,0 +1,37 @@
+// Rotary embedding in place on bf16 [B*T, heads, hd]: one thread per rotated
+// pair, inv_freq and the angle as transformers computes them (kmath_hd.h),
+// cos/sin from CUDA's accurate sinf/cosf (not the fast intrinsics).
+#include "kernels/cuda/util.cuh"
+
+static __global__ void rope_k(eng_bf16 *x, int T, int heads, int hd, float theta, float sign, size_t pairs) {
+  const int h2 = hd / 2;
+  for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (size_t)gridDim.x * blockDim.x) {
+    int i = (int)(p % h2);
+    size_t rh = p / h2; // row * heads + head
+    int t = (int)((rh / heads) % T);
+    float a = eng_km_rope_angle(t, eng_km_rope_inv_freq(i, hd, theta));
+    float c = cosf(a), s = sign * sinf(a);
+    eng_bf16 *x1 = x + rh * hd + i, *x2 = x1 + h2;
+    float u = ld_bf16(x1), v = ld_bf16(x2);
+    st_bf16(x1, eng_km_rope_lo(u, v, c, s));
+    st_bf16(x2, eng_km_rope_hi(u, v, c, s));
+  }
+}
+
+static int rope(eng_bf16 *x, int B, int T, int heads, int hd, float theta, float sign, eng_cuda_stream s,
+                eng_err *e) {
+  ENG_CUDA_REQUIRE(hd % 2 == 0, e, "rope: head_dim %d is odd", hd);
+  size_t pairs = (size_t)B * T * heads * (hd / 2);
+  if (!pairs) return 0;
+  rope_k<<<grid_for(pairs, 256), 256, 0, s>>>(x, T, heads, hd, theta, sign, pairs);
+  ENG_CUDA_LAUNCHED("rope_k", e);
+  return 0;
+}
+
+int eng_cuda_rope_fwd(eng_bf16 *x, int B, int T, int heads, int hd, float theta, eng_cuda_stream s, eng_err *e) {
+  return rope(x, B, T, heads, hd, theta, 1.0f, s, e);
+}
+
+int eng_cuda_rope_bwd(eng_bf16 *dx, int B, int T, int heads, int hd, float theta, eng_cuda_stream s, eng_err *e) {
+  return rope(dx, B, T, heads, hd, theta, -1.0f, s, e);
+}
