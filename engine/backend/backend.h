@@ -16,6 +16,9 @@
 typedef struct eng_dev eng_dev;
 
 typedef struct eng_dev_ops {
+  // Replaces the arena by one of `bytes` (called by eng_dev_reserve after
+  // its cap check): sets d->base or fails with ENG_ECAP/ENG_ENOMEM.
+  int (*reserve)(eng_dev *d, size_t bytes, eng_err *e);
   void (*copy_in)(eng_dev *d, void *dst, const void *src, size_t n);   // host -> arena
   void (*copy_out)(eng_dev *d, void *dst, const void *src, size_t n);  // arena -> host
   void (*close)(eng_dev *d);

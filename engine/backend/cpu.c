@@ -17,12 +17,21 @@ static void cpu_copy_out(eng_dev *d, void *dst, const void *src, size_t n) {
   atomic_fetch_add(&d->bytes_out, n);
 }
 
+static int cpu_reserve(eng_dev *d, size_t bytes, eng_err *e) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+    return eng_err_set(e, ENG_ENOMEM, "cannot allocate a %zu-byte cpu arena", bytes);
+  free(d->base);
+  d->base = p;
+  return 0;
+}
+
 static void cpu_close(eng_dev *d) {
   free(d->base);
   free(d);
 }
 
-static const eng_dev_ops cpu_ops = {cpu_copy_in, cpu_copy_out, cpu_close};
+static const eng_dev_ops cpu_ops = {cpu_reserve, cpu_copy_in, cpu_copy_out, cpu_close};
 
 int eng_dev_open_cpu(eng_dev **out, size_t cap, eng_err *e) {
   eng_dev *d = calloc(1, sizeof *d);
@@ -40,11 +49,8 @@ int eng_dev_reserve(eng_dev *d, size_t bytes, const char *what, eng_err *e) {
     return eng_err_set(e, ENG_ECAP,
                        "device cap of %zu bytes is too small: %s needs %zu bytes (%.1f MiB)",
                        d->cap, what, bytes, bytes / 1048576.0);
-  void *p = NULL;
-  if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
-    return eng_err_set(e, ENG_ENOMEM, "cannot allocate a %zu-byte cpu arena", bytes);
-  free(d->base);
-  d->base = p;
+  int rc = d->ops->reserve(d, bytes, e);
+  if (rc) return rc;
   d->used = 0;
   d->peak = 0;
   d->reserved = bytes;
