@@ -1,0 +1,185 @@
+#include "plan/cost.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "exec/layer.h"
+#include "kernels/kernels.h"
+#include "model/layout.h"
+#include "optim/adamw8.h"
+
+// A GEMM of `rows` rows at the profile's rate, less efficient when short.
+static double gemm_rate(const eng_profile *p, double rows, int bwd) {
+  double r = bwd && p->gemm_bwd_flops > 0 ? p->gemm_bwd_flops : p->gemm_flops;
+  return p->gemm_half_rows > 0 ? r * rows / (rows + p->gemm_half_rows) : r;
+}
+
+// Flash-attention's convention: the backward does 2.5 times the forward's
+// FLOPs (five matrix products against two).
+#define ATTN_BWD_FLOP_RATIO 2.5
+
+typedef struct layer_work {
+  double gemm, attn, elem; // forward FLOPs, FLOPs, bytes for `tokens` tokens
+} layer_work;
+
+static layer_work layer_fwd_work(const eng_config *c, const eng_layout *lo, double seqs, double T,
+                                 int act_bytes) {
+  double n = seqs * T, mat = 0;
+  for (int p = 0; p < ENG_P_LAYER_COUNT; p++)
+    if (lo->layer_proto[p].cols) mat += (double)lo->layer_proto[p].numel;
+  double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+  layer_work w;
+  w.gemm = 2.0 * n * mat;
+  // Causal: half of QK^T and of PV, 2*T*T*hd FLOPs each per head, per sequence.
+  w.attn = 2.0 * seqs * c->n_heads * T * T * c->head_dim;
+  // Passes over activations: two norms (read, write), two residual adds
+  // (two reads, one write), RoPE on q and k (read, write; the q/k norms as
+  // many again on Qwen3), SwiGLU (two reads, one write).
+  w.elem = n * act_bytes * (10.0 * c->d_model + 2.0 * (qd + kvd) * (1 + c->qk_norm) + 3.0 * c->d_ff);
+  return w;
+}
+
+// Host bytes of the training state (DESIGN §2): fp32 master, moments,
+// gradient store (the embedding's in fp32), pinned working copy.
+typedef struct state_acc {
+  double opt;
+  int opt_8bit;
+} state_acc;
+
+static int add_opt_bytes(void *ctx, int shard, const eng_tensor *t) {
+  (void)shard;
+  state_acc *a = ctx;
+  a->opt += a->opt_8bit ? (double)eng_adamw8_state_bytes(t->numel, NULL) : 8.0 * (double)t->numel;
+  return 0;
+}
+
+static void host_state_bytes(const eng_layout *lo, const eng_profile *p, eng_plan_cost *k) {
+  state_acc a = {0, p->opt_8bit};
+  eng_layout_visit(lo, add_opt_bytes, &a);
+  double n = (double)lo->total_numel, emb = (double)lo->embed.numel;
+  k->host_master = 4.0 * n;
+  k->host_opt = a.opt;
+  k->host_grad = p->grad_store_bytes * n + (4.0 - p->grad_store_bytes) * emb;
+  k->host_pinned = p->pinned_copy ? p->weight_bytes * n : 0.0;
+  k->host_state = k->host_master + k->host_opt + k->host_grad + k->host_pinned;
+}
+
+// Optimizer time of forward entry e (0..L-1 the layers, L the head stage).
+static double opt_of(const eng_plan_cost *k, int e) {
+  return e < k->L ? k->t_opt_layer : e == k->L ? k->t_opt_head : 0.0;
+}
+
+// The forward paced by the optimizer and the weight stream (no plan choice
+// touches either): entries 0..L-1 are the layers, L the head stage. Weights
+// of entry e copy in once its update is done and its slot is free (the entry
+// two back has finished); the copies run in order on the host-to-device link.
+void eng_plan_cost_pace(eng_plan_cost *k) {
+  const int L = k->L;
+  k->t_rec = fmax(k->t_fwd, k->w_layer / k->h2d);
+  double opt_done[ENG_PLAN_MAX_LAYERS + 2], thread_free[ENG_PLAN_MAX_LAYERS + 1];
+  double start[ENG_PLAN_MAX_LAYERS + 1] = {0}, end_f[ENG_PLAN_MAX_LAYERS + 1];
+  // The previous step's last gradient and dX of boundary 0 land first;
+  // clipping needs every gradient, so the optimizer starts then, embedding
+  // first, whose update lets the batch's boundary 0 be gathered.
+  double t = (k->g_layer + k->bnd) / k->d2h + k->t_opt_embed;
+  double b0_end = t + k->bnd / k->h2d;
+  if (k->opt_inline) {
+    // On the compute thread, one entry ahead: layers 0 and 1 before F_0,
+    // then entry e+1 between F_{e-1} and F_e.
+    opt_done[0] = t + opt_of(k, 0);
+    opt_done[1] = opt_done[0] + opt_of(k, 1);
+    thread_free[0] = opt_done[1];
+  } else {
+    // On its own thread, in order, beside compute.
+    for (int e = 0; e <= L; e++) opt_done[e] = (t += opt_of(k, e));
+  }
+  double lane = b0_end;
+  for (int e = 0; e <= L; e++) {
+    if (k->opt_inline && e > 0) thread_free[e] = opt_done[e + 1] = end_f[e - 1] + opt_of(k, e + 1);
+    double issue = e >= 2 ? end_f[e - 2] : 0.0;
+    lane = fmax(fmax(issue, opt_done[e]), lane) + (e < L ? k->w_layer : k->w_head) / k->h2d;
+    double s = fmax(e > 0 ? end_f[e - 1] : b0_end, lane);
+    if (k->opt_inline) s = fmax(s, thread_free[e]);
+    start[e] = s;
+    end_f[e] = s + (e < L ? k->t_fwd : 0.0);
+  }
+  k->t_pre = start[0];
+  for (int l = 0; l < L; l++) k->d_fwd[l] = start[l + 1] - start[l];
+}
+
+int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_batch,
+                       const eng_profile *p, eng_plan_cost *out, eng_err *e) {
+  int rc = eng_config_validate(c, "plan", e);
+  if (rc) return rc;
+  if (c->n_layers > ENG_PLAN_MAX_LAYERS)
+    return eng_err_set(e, ENG_EINVAL, "plan: %d layers, more than the planner's %d", c->n_layers,
+                       ENG_PLAN_MAX_LAYERS);
+  if (batch < 1 || seq_len < 1 || micro_batch < 1 || batch % micro_batch)
+    return eng_err_set(e, ENG_EINVAL, "plan: batch %d, sequence %d, micro-batch %d: the micro-batch must divide the batch",
+                       batch, seq_len, micro_batch);
+  eng_layout lo;
+  eng_layout_init(&lo, c);
+  eng_plan_cost *k = out;
+  memset(k, 0, sizeof *k);
+  const double B = batch, T = seq_len, d = c->d_model, V = c->vocab;
+  const double mbrows = (double)micro_batch * seq_len;
+  k->L = c->n_layers;
+  k->batch = batch;
+  k->seq_len = seq_len;
+  k->micro_batch = micro_batch;
+  k->n_micro = batch / micro_batch;
+  k->d_model = c->d_model;
+  k->act_bytes = p->act_bytes;
+  k->params = (double)lo.total_numel;
+
+  k->bnd = B * T * d * p->act_bytes;
+  k->inner = (double)eng_layer_acts_floats(c, batch, seq_len) * p->act_bytes;
+  double head_numel = d + V * d; // final norm + the head matrix (lm_head or the tied embedding)
+  k->w_layer = (double)lo.layer_numel * p->weight_bytes;
+  k->w_head = head_numel * p->weight_bytes;
+  k->g_layer = (double)lo.layer_numel * p->grad_bytes;
+  k->g_head = head_numel * p->grad_bytes;
+
+  layer_work w = layer_fwd_work(c, &lo, B, T, p->act_bytes);
+  double attn_bwd = p->attn_bwd_flops > 0 ? p->attn_bwd_flops : p->attn_flops;
+  k->t_fwd = w.gemm / gemm_rate(p, mbrows, 0) + w.attn / p->attn_flops + w.elem / p->elem_bytes_per_s;
+  k->t_bwd = 2.0 * w.gemm / gemm_rate(p, mbrows, 1) + ATTN_BWD_FLOP_RATIO * w.attn / attn_bwd +
+             2.0 * w.elem / p->elem_bytes_per_s;
+  k->t_refwd = k->t_fwd;
+  // Head: logits, dh and dW (2 + 2 + 2 FLOPs per token per element of the
+  // matrix); the chunk's logits are written, read and overwritten in fp32.
+  k->t_head = 2.0 * B * T * V * d / gemm_rate(p, mbrows, 0) + 4.0 * B * T * V * d / gemm_rate(p, mbrows, 1) +
+              3.0 * B * T * V * 4.0 / p->elem_bytes_per_s;
+  k->t_opt_layer = (double)lo.layer_numel / p->opt_params_per_s;
+  k->t_opt_embed = (double)lo.embed.numel / p->opt_params_per_s;
+  k->t_opt_head = (double)(lo.final_norm.numel + lo.lm_head.numel) / p->opt_params_per_s;
+  k->opt_inline = p->opt_inline;
+  k->h2d = p->h2d;
+  k->d2h = p->d2h;
+  k->nvme_read = p->nvme_read;
+  k->nvme_write = p->nvme_write;
+
+  // Device: weight slots in the streamed type, gradient slots in fp32 (the
+  // device accumulates micro-batches in fp32 and narrows on the way out),
+  // the two working boundaries, and one micro-batch of workspace: the
+  // layer's activations and backward scratch, the head's input, norm and
+  // gradient rows, and one chunk of logits in fp32.
+  double slot = fmax((double)lo.layer_numel, head_numel);
+  double mbn = mbrows;
+  double ws = ((double)eng_layer_acts_floats(c, micro_batch, seq_len) +
+               (double)eng_layer_scratch_floats(c, micro_batch, seq_len) + 3.0 * mbn * d + mbn) *
+                  p->act_bytes +
+              (double)eng_k_head_loss_scratch_floats(c->vocab) * 4.0;
+  k->dev_fixed = 2.0 * slot * p->weight_bytes + 2.0 * slot * 4.0 + 2.0 * k->bnd + ws;
+  host_state_bytes(&lo, p, k);
+
+  k->dev_budget = p->device_bytes - p->device_reserve;
+  k->host_budget = p->host_bytes - p->host_reserve;
+  k->cap_dev = k->dev_budget - k->dev_fixed;
+  if (p->device_act_bytes > 0) k->cap_dev = fmin(k->cap_dev, p->device_act_bytes);
+  k->cap_host = k->host_budget - k->host_state;
+  if (p->host_act_bytes > 0) k->cap_host = fmin(k->cap_host, p->host_act_bytes);
+  k->cap_nvme = p->nvme_bytes;
+  eng_plan_cost_pace(k);
+  return 0;
+}
