@@ -1,4 +1,4 @@
-// GetNode, PlanJob, the health service, and the method table.
+// GetNode, the health service, and the method table.
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,19 +81,6 @@ void api_node(srv_call *c, ProtobufCMessage *req) {
   node.n_devices = (size_t)(1 + ng);
   node.devices = ptrs;
   srv_reply(c, &node.base);
-}
-
-void api_plan(srv_call *c, ProtobufCMessage *req) {
-  traind *d = srv_call_data(c);
-  T(PlanJobRequest) *r = (T(PlanJobRequest) *)req;
-  val_err e;
-  val_roots roots = {d->cfg.roots, d->cfg.n_roots};
-  // A malformed spec is still the client's error, planner or not.
-  if (val_message(req, "", &e) || val_spec(r->spec, "spec", &roots, &e)) {
-    api_refuse(c, &e);
-    return;
-  }
-  srv_fail(c, GRPC_STATUS_UNIMPLEMENTED, "PlanJob: the planner is not part of this build yet");
 }
 
 static Grpc__Health__V1__HealthCheckResponse__ServingStatus serving(const traind *d, const char *service, int *known) {

@@ -24,6 +24,7 @@ void cfg_free(cfg *c) {
   free(c->tls_cert);
   free(c->tls_key);
   free(c->token_file);
+  free(c->profile_file);
   for (int i = 0; i < c->n_roots; i++) free(c->roots[i]);
   memset(c, 0, sizeof *c);
 }
@@ -119,6 +120,7 @@ static int apply(cfg *c, const char *key, const char *v, char *err, size_t errle
                : !strcmp(key, "tls_cert")    ? &c->tls_cert
                : !strcmp(key, "tls_key")     ? &c->tls_key
                : !strcmp(key, "token_file")  ? &c->token_file
+               : !strcmp(key, "profile_file") ? &c->profile_file
                                              : NULL;
   if (!str) {
     snprintf(err, errlen, "%s%s: unknown key", where, key);
@@ -203,7 +205,8 @@ int cfg_load(cfg *c, const char *path, const cfg *over, char *err, size_t errlen
   if (path && load_file(c, path, err, errlen)) return -1;
   if (over) {
     const char *strs[][2] = {{"state_dir", over->state_dir}, {"socket", over->socket_path}, {"tcp", over->tcp},
-                             {"tls_cert", over->tls_cert},   {"tls_key", over->tls_key},     {"token_file", over->token_file}};
+                             {"tls_cert", over->tls_cert},   {"tls_key", over->tls_key},     {"token_file", over->token_file},
+                             {"profile_file", over->profile_file}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
       if (strs[i][1]) apply(c, strs[i][0], strs[i][1], err, errlen, "");
     if (over->n_roots > 0) {

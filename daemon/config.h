@@ -18,6 +18,8 @@ typedef struct cfg {
   char *tcp;                // "host:port" or NULL (then TLS and a token are required)
   char *tls_cert, *tls_key; // PEM file paths
   char *token_file;         // file holding the bearer token
+  char *profile_file;       // device profile the planner uses (engine/plan/profiles format);
+                            // NULL: calibrate this machine per job shape
   char *roots[CFG_MAX_ROOTS]; // data roots, resolved with realpath when loaded
   int n_roots;
   int max_message_bytes;    // largest request (default 1 MiB)

@@ -87,6 +87,7 @@ static void job_free(job *j) {
   if (j->spec) protobuf_c_message_free_unpacked(&j->spec->base, NULL);
   free(j->request_id);
   free(j->error);
+  free(j->plan);
   free(j);
 }
 
@@ -130,6 +131,7 @@ void job_pb(const job *j, int with_spec, T(Job) *out, T(ModelConfig) *model_buf,
   spec_config_to_pb(&j->model, model_buf);
   out->model = model_buf;
   out->parameters = j->params;
+  out->plan = j->plan ? j->plan : "";
 }
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *n) {
@@ -222,6 +224,7 @@ static job *job_from_record(const char *id, const void *buf, size_t n) {
   snprintf(j->device, sizeof j->device, "%s", r->device);
   spec_config_from_pb(r->model, &j->model);
   j->params = r->parameters;
+  j->plan = *r->plan ? strdup(r->plan) : NULL;
   j->order = ((int64_t)(1000 - j->priority) << 43) | (j->created_ms - EPOCH_2024_MS);
   protobuf_c_message_free_unpacked(&r->base, NULL);
   return j;

@@ -14,6 +14,7 @@
 
 #include "api.h"
 #include "log.h"
+#include "planning.h"
 #include "traind.h"
 
 static void usage(FILE *f) {
@@ -285,6 +286,10 @@ static int start(traind *d) {
     log_err("storage: loading the jobs: %s", e.msg);
     return -1;
   }
+  if (planning_open(&d->planning, d->cfg.profile_file, d->st, d->cfg.state_dir, &e)) {
+    log_err("profile_file: %s", e.msg);
+    return -1;
+  }
   log_info("loaded %zu jobs from %s", d->n_all, path);
 
   char *cert = NULL, *key = NULL;
@@ -362,6 +367,7 @@ int main(int argc, char **argv) {
     notify_status(d);
   }
   uv_run(d->loop, UV_RUN_DEFAULT);
+  planning_close(d->planning);
   if (d->st) store_close(d->st);
   jobs_free(d);
   cfg_free(&d->cfg);

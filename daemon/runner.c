@@ -3,9 +3,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/exec_plan.h"
+#include "planning.h"
+
 struct runner {
   uv_loop_t *loop;
   store *st;
+  planning *planning;
   runner_fn fn;
   void *data;
   mbox mb;
@@ -54,6 +58,36 @@ static int save(runner *r, eng_run *run, const eng_store *st, eng_err *e) {
   return 0;
 }
 
+// The job's plan: the one it was first planned with, or a new one, which
+// goes to the loop to be kept with the job. Its policy goes into p->eng.
+static int plan_apply(runner *r, spec_plan *p, eng_err *e) {
+  eng_plan pl;
+  int rc = p->plan_json ? eng_plan_from_json(p->plan_json, &pl, e) : planning_make(r->planning, &p->eng, &pl, NULL, NULL, e);
+  if (rc) return eng_err_prefix(e, "planning: ");
+  if (!p->plan_json) {
+    runner_msg *m = msg_new(r, RUN_PLANNED);
+    if (m && eng_plan_to_json(&pl, &m->text, e) == 0) {
+      snprintf(m->error, sizeof m->error,
+               "planned (%s, profile %s): micro-batches of %d, predicted %.0f tokens/s, step %.3f s "
+               "(recompute %.3f s, exposed transfer %.3f s); %s, gap %.2f%%, solved in %.2f s",
+               pl.method, pl.profile, pl.micro_batch, pl.tokens_per_s, pl.step_time, pl.t_recompute,
+               pl.t_exposed, pl.optimal ? "optimal" : "not proven optimal", 100 * pl.gap, pl.solve_time);
+      post(r, m);
+    } else {
+      free(m); // the job still runs its plan; a restart plans it again
+    }
+  }
+  const int L = p->eng.config.n_layers;
+  p->place = calloc((size_t)L, sizeof *p->place);
+  p->keep = calloc((size_t)L, sizeof *p->keep);
+  rc = !p->place || !p->keep ? eng_err_set(e, ENG_ENOMEM, "planning: cannot allocate the policy")
+                             : eng_exec_plan_policy(&pl, L, p->place, p->keep, &p->eng.micro_batches, e);
+  p->eng.plan_place = p->place;
+  p->eng.plan_keep = p->keep;
+  eng_plan_free(&pl);
+  return rc;
+}
+
 static void run_job(runner *r) {
   spec_plan *p = &r->plan;
   eng_err e = {0};
@@ -63,9 +97,10 @@ static void run_job(runner *r) {
     return;
   }
   p->eng.cancel = &r->cancel;
-  if (p->eng.ckpt_place == ENG_PLACE_STORE) p->eng.spill = &st;
+  p->eng.spill = &st; // for the boundaries the policy spills
   eng_run *run = NULL;
-  int rc = eng_open(&p->eng, &run, &e);
+  int rc = p->use_planner ? plan_apply(r, p, &e) : 0;
+  if (!rc) rc = eng_open(&p->eng, &run, &e);
   if (!rc) {
     rc = eng_load(run, &st, &e);
     if (rc >= 0) {
@@ -141,11 +176,12 @@ static void on_msg(mbox *b, mbox_item *it) {
   r->fn(r, m, r->data);
 }
 
-int runner_create(runner **out, uv_loop_t *loop, store *st, runner_fn fn, void *data) {
+int runner_create(runner **out, uv_loop_t *loop, store *st, planning *planning, runner_fn fn, void *data) {
   runner *r = calloc(1, sizeof *r);
   if (!r) return -1;
   r->loop = loop;
   r->st = st;
+  r->planning = planning;
   r->fn = fn;
   r->data = data;
   if (uv_mutex_init(&r->lock) || uv_cond_init(&r->cond) || mbox_init(&r->mb, loop, on_msg, r)) {

@@ -10,10 +10,11 @@
 #include <uv.h>
 
 #include "mbox.h"
+#include "planning.h"
 #include "spec.h"
 #include "storage/store.h"
 
-typedef enum { RUN_STARTED, RUN_STEP, RUN_CKPT, RUN_DONE } runner_msg_kind;
+typedef enum { RUN_STARTED, RUN_PLANNED, RUN_STEP, RUN_CKPT, RUN_DONE } runner_msg_kind;
 typedef enum { RUN_SUCCEEDED, RUN_FAILED, RUN_CANCELLED, RUN_STOPPED } runner_outcome;
 
 typedef struct runner_msg {
@@ -24,14 +25,15 @@ typedef struct runner_msg {
   int64_t step;            // RUN_STARTED: resumed from (-1: fresh); RUN_CKPT, RUN_DONE: steps done
   int64_t params;          // RUN_STARTED
   runner_outcome outcome;  // RUN_DONE
-  char error[600];         // RUN_DONE with RUN_FAILED
+  char error[600];         // RUN_DONE with RUN_FAILED; RUN_PLANNED: a line saying what the plan predicts
+  char *text;              // RUN_PLANNED: the plan (JSON), for the handler to keep or free
 } runner_msg;
 
 typedef struct runner runner;
 // Loop thread; the handler frees msg with free().
 typedef void (*runner_fn)(runner *r, runner_msg *msg, void *data);
 
-int runner_create(runner **out, uv_loop_t *loop, store *st, runner_fn fn, void *data);
+int runner_create(runner **out, uv_loop_t *loop, store *st, planning *planning, runner_fn fn, void *data);
 // Starts a job on an idle runner and takes the plan (freed when the job is
 // done). -1 (out of memory): not started, the plan is still the caller's.
 int runner_start(runner *r, const char *job, spec_plan *plan);

@@ -85,6 +85,13 @@ void sched_kick(traind *d) {
       sched_set_state(d, j, JS(FAILED), ve.msg);
       continue;
     }
+    // A resumed job runs the plan it was first planned with.
+    if (plan.use_planner && j->plan && !(plan.plan_json = strdup(j->plan))) {
+      spec_plan_free(&plan);
+      sched_enqueue(d, j);
+      log_err("job %s: out of memory starting it; it stays queued", j->id);
+      return;
+    }
     j->progress.total_steps = plan.total_steps;
     j->attempts++;
     if (!j->started_ms) j->started_ms = now_ms();
@@ -212,6 +219,13 @@ static void on_runner(runner *r, runner_msg *m, void *data) {
       j->progress.step = m->step > 0 ? m->step : 0;
       break;
     case RUN_STEP: on_step(d, j, &m->m); break;
+    case RUN_PLANNED:
+      free(j->plan);
+      j->plan = m->text;
+      m->text = NULL;
+      if (job_save(d, j, &e)) log_err("job %s: saving its record failed: %s", j->id, e.msg);
+      event_log(d, j, "%s", m->error);
+      break;
     case RUN_CKPT:
       j->ckpt_step = m->step;
       if (job_save(d, j, &e)) log_err("job %s: saving its record failed: %s", j->id, e.msg);
@@ -220,6 +234,7 @@ static void on_runner(runner *r, runner_msg *m, void *data) {
     case RUN_DONE: on_done(d, j, m); break;
     }
   int done = m->kind == RUN_DONE;
+  free(m->text); // a plan for a job no longer there
   free(m);
   if (!done) return;
   if (drain_done) {
@@ -233,7 +248,7 @@ static void on_runner(runner *r, runner_msg *m, void *data) {
 }
 
 int sched_start(traind *d) {
-  if (runner_create(&d->cpu, d->loop, d->st, on_runner, d)) return -1;
+  if (runner_create(&d->cpu, d->loop, d->st, d->planning, on_runner, d)) return -1;
   // Jobs the last daemon left running resume from their last checkpoint.
   for (size_t i = 0; i < d->n_all; i++) {
     job *j = d->all[i];

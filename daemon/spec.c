@@ -72,6 +72,9 @@ void spec_plan_free(spec_plan *p) {
   free(p->model_dir);
   free(p->train_path);
   free(p->eval_path);
+  free(p->plan_json);
+  free(p->place);
+  free(p->keep);
   memset(p, 0, sizeof *p);
 }
 
@@ -124,6 +127,9 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
   if (dv && dv->target_case == K(DEVICE_SPEC__TARGET_GPU))
     return fail(e, GRPC_STATUS_FAILED_PRECONDITION, "spec.device.gpu", "this build's engine has no GPU backend; use cpu");
 
+  // A planned job's policy is the planner's, which refuses what cannot fit
+  // (naming the budget) when the job is planned.
+  p->use_planner = dv && dv->plan;
   eng_err ee = {0};
   size_t need;
   // Sizing needs no files: without them the engine must not expect an
@@ -135,7 +141,7 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
     snprintf(e->msg, sizeof e->msg, "%s%s", strncmp(ee.msg, "spec", 4) ? "spec: " : "", ee.msg);
     return -1;
   }
-  if (need > g->device_cap) {
+  if (need > g->device_cap && !p->use_planner) {
     char msg[256];
     snprintf(msg, sizeof msg, "the job needs %zu bytes of device arena and the cap is %zu", need, g->device_cap);
     return fail(e, GRPC_STATUS_INVALID_ARGUMENT, "spec.device.memory_bytes", msg);

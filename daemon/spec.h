@@ -21,6 +21,10 @@ typedef struct spec_plan {
   int64_t total_steps;
   int ckpt_every, ckpt_keep;
   char *model_dir, *train_path, *eval_path; // resolved, or NULL
+  int use_planner;        // spec.device.plan: the planner chooses the policy
+  char *plan_json;        // the plan already made for the job (a resume), or NULL
+  eng_place *place;       // the plan's policy once applied (eng.plan_place points here)
+  uint8_t *keep;          // (eng.plan_keep points here)
 } spec_plan;
 
 // The model's configuration. hf_dir is resolved against the roots and its

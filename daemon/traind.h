@@ -46,6 +46,7 @@ typedef struct job {
   char device[16];
   eng_config model;
   int64_t params;
+  char *plan;                   // the plan it runs with (JSON), once made; NULL: none
   // ---- runtime only ----
   watch *watchers;              // parked watchers, woken by a new event
   int64_t last_step_event_ms;   // when the last StepMetrics event was recorded
@@ -62,6 +63,7 @@ typedef struct traind {
   store *st;
   srv *srv;
   runner *cpu;                  // the one runner until the engine has a GPU backend
+  struct planning *planning;    // the planner's profile cache (daemon/planning.h)
   strmap by_id, by_request;
   job **all;                    // every job, ascending id (= submission order)
   size_t n_all, cap_all;

@@ -1,0 +1,28 @@
+// Planning jobs with the planner (engine/plan, DESIGN §3): the device profile
+// of this machine, made once per job shape and kept, and the plan a job runs
+// with. Called from runner threads and PlanJob's work threads, never from the
+// loop (a calibration takes seconds, a solve up to its time limit).
+#ifndef TRAIND_PLANNING_H
+#define TRAIND_PLANNING_H
+
+#include "engine.h"
+#include "plan/plan.h"
+#include "storage/store.h"
+
+typedef struct planning planning;
+
+// profile_file: a profile (engine/plan/profiles/*.json format) to plan with
+// instead of calibrating this machine; NULL: calibrate. st: the daemon's
+// store, whose spill path the calibration times; state_dir: where it lives.
+int planning_open(planning **out, const char *profile_file, store *st, const char *state_dir, eng_err *e);
+void planning_close(planning *p);
+
+// The plan for the engine spec s (model config, batch, seq_len, device cap):
+// the profile (calibrated at s's shapes the first time they are seen), then
+// the planner. ENG_ECAP names the budget that fails. *max_batch, when not
+// NULL, receives the largest global batch that fits. The plan names its
+// profile.
+// *svg, when not NULL, receives a timeline of one simulated step (malloc'ed).
+int planning_make(planning *p, const eng_spec *s, eng_plan *out, int *max_batch, char **svg, eng_err *e);
+
+#endif

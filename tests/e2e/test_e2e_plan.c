@@ -1,0 +1,62 @@
+// The planner in the daemon: PlanJob (trainctl plan) shows the plan, its
+// JSON and timeline, the largest batch that fits, and refuses a job that
+// cannot fit naming the budget; a job submitted with device.plan runs the
+// plan, which is stored with the job, and after a kill -9 and a restart the
+// resumed job runs that same stored plan (it is not planned again).
+#define _GNU_SOURCE
+#include "e2e/daemon.h"
+
+static int count(const char *s, const char *what) {
+  int n = 0;
+  for (const char *p = s; (p = strstr(p, what)); p++) n++;
+  return n;
+}
+
+int main(void) {
+  td t;
+  td_init(&t);
+  td_start(&t);
+  const char *file = td_jobfile("plan.yaml", 120, 20, "");
+  static char out[1 << 20];
+
+  double t0 = td_now();
+  CHECK(td_ctl(&t, out, sizeof out, "plan %s --set device.plan=true", file) == 0, "trainctl plan failed:\n%s", out);
+  CHECK(strstr(out, "predicted step") && strstr(out, "boundary"), "no plan table:\n%s", out);
+  double first = td_now() - t0;
+  t0 = td_now();
+  CHECK(td_ctl(&t, out, sizeof out, "plan %s --set device.plan=true --json", file) == 0, "plan --json failed");
+  CHECK(strstr(out, "\"max_batch\"") && strstr(out, "\"timeline_svg\":\"<svg") && strstr(out, "\"plan\":\"{"),
+        "PlanJob's JSON lacks the batch, timeline or plan:\n%.2000s", out);
+  printf("trainctl plan: %.1f s the first time (calibrating this machine), %.2f s the second\n", first,
+         td_now() - t0);
+
+  // 1 MiB of device arena cannot hold two layer slots of the tiny model.
+  int rc = td_ctl(&t, out, sizeof out, "plan %s --set device.plan=true --set device.memory_bytes=1048576 2>&1", file);
+  CHECK(rc == 3 && strstr(out, "FAILED_PRECONDITION") && strstr(out, "does not fit") && strstr(out, "device"),
+        "a job that cannot fit: exit %d:\n%s", rc, out);
+  printf("refused: %s", out);
+
+  char a[80];
+  snprintf(a, sizeof a, "%s", td_submit(&t, file, "--set device.plan=true"));
+  td_wait_step(&t, a, 50, 120);
+  Traind__V1__Job *j = td_get(&t, a);
+  CHECK(j && *j->plan, "the running job's record has no plan");
+  char *plan = strdup(j->plan);
+  protobuf_c_message_free_unpacked(&j->base, NULL);
+  td_stop(&t, SIGKILL, 10, NULL);
+
+  td_start(&t);
+  j = td_wait_done(&t, a, 300);
+  CHECK(j->state == TRAIND__V1__JOB_STATE__JOB_STATE_SUCCEEDED, "planned job ended %d: %s", j->state, j->error);
+  CHECK(j->attempts == 2, "planned job started %d times, expected 2", j->attempts);
+  CHECK(!strcmp(j->plan, plan), "the resumed job's plan changed");
+  protobuf_c_message_free_unpacked(&j->base, NULL);
+  td_logs(&t, a, out, sizeof out);
+  CHECK(count(out, "planned (") == 1, "the job was planned %d times:\n%s", count(out, "planned ("), out);
+  const char *p = strstr(out, "planned (");
+  printf("%.*s\n", (int)(strchr(p, '\n') - p), p);
+  printf("killed and restarted: the job resumed with its stored plan and succeeded\n");
+  free(plan);
+  td_finish(&t);
+  return 0;
+}
