@@ -117,7 +117,7 @@ static int check_tiles(const ranges *r, uint64_t A, int i, eng_lane lane, eng_er
   uint64_t at = 0;
   for (int t = 0; t < r->n; t++) {
     if (r->x[t]->offset != at)
-      return eng_err_set(e, ENG_EINVAL, "plan check: boundary %d's %s transfers leave a gap or overlap at byte %llu", i,
+      return eng_err_set(e, ENG_EINVAL, "plan check: boundary %d: its transfers on %s leave a gap or overlap at byte %llu", i,
                          eng_lane_name(lane), (unsigned long long)at);
     at += r->x[t]->bytes;
   }

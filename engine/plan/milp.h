@@ -23,8 +23,10 @@
 //               per-boundary program, far fewer columns).
 //   tau_k       exposed seconds of window k: every link of the window must
 //               carry its bytes within compute + tau.
-//   mo_k mi_k   integer: boundaries in transit out (forward) / in (backward)
-//               on the device: a partly moved boundary holds a whole buffer.
+//   mo_k mi_k   integer, per stream (host tier, NVMe tier): boundaries in
+//               transit out (forward) / in (backward) on the device: a partly
+//               moved boundary holds a whole buffer, and each stream has at
+//               most one partly moved at a time.
 //               (NVMe traffic stages through a ring of host chunks that frees
 //               chunk by chunk, so there bytes count, not boundaries.)
 // Objective: sum tau + recompute + re-forwards + tie-breakers, less the
@@ -54,7 +56,7 @@ typedef struct milp {
   int *cwn;              // [L + 1]   k = 0 .. L
   int *chc, *chn, *crn;  // [2L + 1]  k = L .. 2L (crn from L+1)
   int *tau;              // [2L + 1]
-  int *mo, *mi;          // [2L + 1]
+  int *mo[2], *mi[2];    // [2L + 1] per stream: host tier, NVMe tier
   double obj_const;      // the constant part of the objective
   double lb_step;        // step time with no recompute, re-forward or avoidable exposure
   double lam_z, lam_c, lam_n; // tie-breakers per materialised / host / NVMe boundary

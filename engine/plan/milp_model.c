@@ -65,7 +65,7 @@ static int col_new(glp_prob *lp, int kind, double lo, double hi, double cost) {
 void milp_free(milp *m) {
   if (m->lp) glp_delete_prob(m->lp);
   int **arrays[] = {&m->x, &m->g, &m->c, &m->n, &m->keep, &m->cdc, &m->cdn, &m->cwn, &m->chc,
-                    &m->chn, &m->crn, &m->tau, &m->mo, &m->mi};
+                    &m->chn, &m->crn, &m->tau, &m->mo[0], &m->mo[1], &m->mi[0], &m->mi[1]};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(*arrays[i]);
   memset(m, 0, sizeof *m);
 }
@@ -76,7 +76,7 @@ static int alloc_maps(milp *m) {
   int **perL[] = {&m->g, &m->c, &m->n, &m->keep, &m->cdc, &m->cdn};
   for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++) *perL[i] = calloc(L, sizeof(int));
   m->cwn = calloc(L + 1, sizeof(int));
-  int **perW[] = {&m->chc, &m->chn, &m->crn, &m->tau, &m->mo, &m->mi};
+  int **perW[] = {&m->chc, &m->chn, &m->crn, &m->tau, &m->mo[0], &m->mo[1], &m->mi[0], &m->mi[1]};
   for (size_t i = 0; i < sizeof perW / sizeof perW[0]; i++) *perW[i] = calloc(W, sizeof(int));
   int ok = m->x && m->cwn;
   for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++) ok = ok && *perL[i];
@@ -118,13 +118,15 @@ static void add_columns(milp *m) {
   for (int w = 0; w < L; w++) {
     if (host) m->cdc[w] = col_new(lp, GLP_CV, 0, ub, 0);
     if (nvme) m->cdn[w] = col_new(lp, GLP_CV, 0, ub, 0);
-    if ((host || nvme) && w >= 1) m->mo[w] = col_new(lp, GLP_IV, 0, ub, 0);
+    if (host && w >= 1) m->mo[0][w] = col_new(lp, GLP_IV, 0, ub, 0);
+    if (nvme && w >= 1) m->mo[1][w] = col_new(lp, GLP_IV, 0, ub, 0);
   }
   for (int w = L; w <= 2 * L; w++) {
     if (host) m->chc[w] = col_new(lp, GLP_CV, 0, ub, 0);
     if (nvme) m->chn[w] = col_new(lp, GLP_CV, 0, ub, 0);
     if (nvme && w > L) m->crn[w] = col_new(lp, GLP_CV, 0, ub, 0);
-    if (host || nvme) m->mi[w] = col_new(lp, GLP_IV, 0, ub, 0);
+    if (host) m->mi[0][w] = col_new(lp, GLP_IV, 0, ub, 0);
+    if (nvme) m->mi[1][w] = col_new(lp, GLP_IV, 0, ub, 0);
   }
   if (nvme) {
     for (int w = 0; w <= L; w++) {
@@ -199,7 +201,8 @@ static void add_rows(milp *m, rowb *r) {
     // block starts from (stored there, or copied in from the head on):
     // at least one boundary beside the kept layers.
     for (int i = 0; i < L; i++) rb_add(r, m->g[i], 1);
-    rb_add(r, m->mi[L], 1);
+    rb_add(r, m->mi[0][L], 1);
+    rb_add(r, m->mi[1][L], 1);
     rb_commit(lp, r, GLP_LO, 1, 0);
     // Hence how many layers can keep their inner activations at all (the
     // relaxation would keep a fraction more).
@@ -217,17 +220,20 @@ static void add_rows(milp *m, rowb *r) {
 
   // Device bytes in every window. Forward F_w: device-tier boundaries 0..w,
   // boundaries still in transit out, kept layers 0..w.
+  int *dcum[2] = {m->cdc, m->cdn}, *hcum[2] = {m->chc, m->chn}, *tcol2[2] = {m->c, m->n};
   for (int w = 0; w < L; w++) {
     for (int i = 0; i <= w; i++) rb_add(r, m->g[i], 1);
     if (m->keep_ok)
       for (int l = 0; l <= w; l++) rb_add(r, m->keep[l], I);
-    rb_add(r, m->mo[w], 1);
+    rb_add(r, m->mo[0][w], 1);
+    rb_add(r, m->mo[1][w], 1);
     cap_commit(m, r, ENG_TIER_DEVICE, capD);
-    if (m->mo[w]) { // mo_w >= off-device boundaries before w not fully copied out by the end of F_{w-1}
-      rb_add(r, m->mo[w], 1);
-      for (int i = 0; i < w; i++) add_off(m, r, i, -1);
-      rb_add(r, m->cdc[w - 1], 1);
-      rb_add(r, m->cdn[w - 1], 1);
+    // mo_w >= the stream's boundaries before w not fully copied out by the end of F_{w-1}
+    for (int q = 0; q < 2; q++) {
+      if (!m->mo[q][w]) continue;
+      rb_add(r, m->mo[q][w], 1);
+      for (int i = 0; i < w; i++) rb_add(r, tcol2[q][i], -1);
+      rb_add(r, dcum[q][w - 1], 1);
       rb_commit(lp, r, GLP_LO, 0, 0);
     }
   }
@@ -239,17 +245,19 @@ static void add_rows(milp *m, rowb *r) {
     for (int i = 0; i <= j; i++) rb_add(r, m->g[i], 1);
     if (m->keep_ok)
       for (int l = 0; l <= j; l++) rb_add(r, m->keep[l], I);
-    rb_add(r, m->mi[w], 1);
+    rb_add(r, m->mi[0][w], 1);
+    rb_add(r, m->mi[1][w], 1);
     if (w > L)
       for (int s = j - K + 1 < 0 ? 0 : j - K + 1; s < j; s++)
         for (int e = j + 1; e <= s + K && e <= L; e++) add_edge(m, r, s, e, j - s);
     cap_commit(m, r, ENG_TIER_DEVICE, capD);
-    if (m->mi[w]) {
-      rb_add(r, m->mi[w], 1);
-      rb_add(r, m->chc[w], -1);
-      rb_add(r, m->chn[w], -1);
+    // mi_w >= the stream's boundaries copied in (partly) and not yet consumed
+    for (int q = 0; q < 2; q++) {
+      if (!m->mi[q][w]) continue;
+      rb_add(r, m->mi[q][w], 1);
+      rb_add(r, hcum[q][w], -1);
       if (w > L)
-        for (int i = j + 1; i < L; i++) add_off(m, r, i, 1);
+        for (int i = j + 1; i < L; i++) rb_add(r, tcol2[q][i], 1);
       rb_commit(lp, r, GLP_LO, 0, 0);
     }
   }

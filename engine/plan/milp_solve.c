@@ -1,6 +1,7 @@
 // Solving the activation program: a fixed choice (the transfer schedule of
 // a given placement), the heuristic incumbent, and branch and bound.
 #include <float.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,7 @@ static int heuristic(milp *m, double *x, double *obj, double deadline) {
 
 typedef struct cb_ctx {
   milp *m;
+  const uint8_t *klass; // branching class per column (0: not integer)
   const double *heur; // incumbent to hand over (NULL: none)
   int given;
   double gap_target, floor;
@@ -202,6 +204,24 @@ static void callback(glp_tree *tree, void *info) {
     c->given = 1;
   }
   glp_prob *lp = glp_ios_get_prob(tree);
+  // Branch on the decisions that shape a plan first: kept layers, then
+  // tiers, then blocks, then buffer counts; within a class the most
+  // fractional, trying the branch that sets it first. Measured against
+  // GLPK's own rules on tight instances (12 to 20 layers, a few boundaries of
+  // device memory): smaller gaps within the time limit than Driebeck-Tomlin,
+  // and unlike hybrid pseudocost no strong-branching start, which ignores the
+  // time limit (3.5 s on the 64-layer benchmark instance under a 1 s limit).
+  if (reason == GLP_IBRANCH) {
+    int n = glp_get_num_cols(lp), pick = 0, pk = 99;
+    double pf = -1;
+    for (int j = 1; j <= n; j++) {
+      if (!glp_ios_can_branch(tree, j)) continue;
+      double v = glp_get_col_prim(lp, j), f = 0.5 - fabs(v - floor(v) - 0.5);
+      int kl = c->klass[j];
+      if (kl < pk || (kl == pk && f > pf)) pick = j, pk = kl, pf = f;
+    }
+    if (pick) glp_ios_branch_upon(tree, pick, GLP_UP_BRNCH);
+  }
   int best = glp_ios_best_node(tree);
   if (best) c->bound = glp_ios_node_bound(tree, best);
   if (glp_mip_status(lp) == GLP_FEAS) {
@@ -231,7 +251,23 @@ int milp_solve(milp *m, const eng_plan_opts *o, double *x, milp_result *r, eng_e
   int q = milp_quiet_begin();
   int have_mip = 0;
   double mip_obj = 0;
-  cb_ctx c = {m, have_heur ? heur : NULL, 0, o->mip_gap, 1e-3 * m->lb_step, -DBL_MAX, 0, 0, 0};
+  uint8_t *klass = calloc((size_t)n + 1, 1);
+  if (!klass) {
+    free(heur);
+    free(mip);
+    return eng_err_set(e, ENG_ENOMEM, "plan: cannot allocate the branching classes");
+  }
+  for (int j = 1; j <= n; j++) klass[j] = glp_get_col_kind(m->lp, j) == GLP_CV ? 0 : 4;
+  for (int i = 0; i < m->L; i++) {
+    if (m->keep[i]) klass[m->keep[i]] = 1;
+    klass[m->g[i]] = 2;
+    if (m->c[i]) klass[m->c[i]] = 2;
+    if (m->n[i]) klass[m->n[i]] = 2;
+    for (int e2 = i + 1; e2 <= i + m->K && e2 <= m->L; e2++)
+      for (int t = 0; t < MILP_TIERS; t++)
+        if (milp_x(m, i, e2, t)) klass[milp_x(m, i, e2, t)] = 3;
+  }
+  cb_ctx c = {m, klass, have_heur ? heur : NULL, 0, o->mip_gap, 1e-3 * m->lb_step, -DBL_MAX, 0, 0, 0};
   if (!o->heuristic_only) {
     glp_iocp p;
     glp_init_iocp(&p);
@@ -278,6 +314,7 @@ int milp_solve(milp *m, const eng_plan_opts *o, double *x, milp_result *r, eng_e
       r->gap = INFINITY;
   }
   r->seconds = now() - t0;
+  free(klass);
   free(heur);
   free(mip);
   return 0;

@@ -81,7 +81,7 @@ int eng_plan_to_json(const eng_plan *p, char **out, eng_err *e) {
   json_object_set_new(so, "objective", num_or_null(p->objective));
   json_object_set_new(so, "bound", num_or_null(p->bound));
   json_object_set_new(root, "solver", so);
-  *out = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+  *out = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
   json_decref(root);
   if (!*out) return eng_err_set(e, ENG_ENOMEM, "plan: cannot format the plan as JSON");
   return 0;

@@ -181,7 +181,7 @@ int eng_profile_save(const eng_profile *p, const char *path, const char *note, e
                                  : json_integer(*(const int *)src);
     json_object_set_new(root, f->key, v);
   }
-  char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+  char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
   json_decref(root);
   if (!text) return eng_err_set(e, ENG_ENOMEM, "cannot format the profile for %s", path);
   size_t n = strlen(text);
