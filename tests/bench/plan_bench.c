@@ -81,7 +81,7 @@ static int line(const char *label, const eng_config *c, int batch, const eng_pro
   int kept = 0;
   for (int i = 0; i < c->n_layers; i++) kept += plan.keep_inner[i];
   int ok = plan.solve_time <= 5.0 && plan.gap <= 0.02 && *speedup >= target;
-  printf("%s batch %d: solve %.2f s, gap %.2f%%%s, micro-batch %d, %d device + %d host + %d NVMe boundaries, %d kept "
+  printf("%s batch %d: solve %.2f s, gap %.3f%%%s, micro-batch %d, %d device + %d host + %d NVMe boundaries, %d kept "
          "inner; %.0f tokens/s vs every-4 %.0f: %.3fx (target %.2fx) %s\n",
          label, batch, plan.solve_time, 100 * plan.gap, plan.optimal ? " (optimal)" : "", plan.micro_batch, mat[0],
          mat[1], mat[2], kept, plan.tokens_per_s, base.tokens_per_s, *speedup, target, ok ? "ok" : "MISSED");

@@ -142,18 +142,23 @@ static void planner_plans(void) {
 }
 
 // A plan with host and NVMe boundaries, and the cost it was made for.
-static void spilling_plan(eng_plan *plan, eng_plan_cost *k, eng_config *c, eng_profile *p) {
+typedef struct spilling {
+  eng_plan plan;
+  eng_plan_cost k;
+} spilling;
+
+static void spilling_plan(spilling *s) {
   eng_err e = {0};
-  *c = tiny(12);
-  *p = machine(c, 3.5, 2.2, 6.0, 1.0);
+  eng_config c = tiny(12);
+  eng_profile p = machine(&c, 3.5, 2.2, 6.0, 1.0);
   eng_plan_opts o;
   eng_plan_opts_defaults(&o);
   o.micro_batch = 2;
   o.time_limit = 0.5;
-  CHECK_OK(eng_plan_make(c, "tiny", 8, 128, p, &o, plan, &e), &e);
-  CHECK_OK(eng_plan_cost_make(c, 8, 128, 2, p, k, &e), &e);
+  CHECK_OK(eng_plan_make(&c, "tiny", 8, 128, &p, &o, &s->plan, &e), &e);
+  CHECK_OK(eng_plan_cost_make(&c, 8, 128, 2, &p, &s->k, &e), &e);
   int nv = 0;
-  for (int i = 0; i < 12; i++) nv |= plan->bnd[i].materialised && plan->bnd[i].tier == ENG_TIER_NVME;
+  for (int i = 0; i < 12; i++) nv |= s->plan.bnd[i].materialised && s->plan.bnd[i].tier == ENG_TIER_NVME;
   CHECK(nv, "the plan should spill to NVMe");
 }
 
@@ -170,61 +175,58 @@ static void expect_refused(const eng_plan *p, const eng_plan_cost *k, const char
   printf("refused as expected: %s\n", e.msg);
 }
 
-static void broken_plans(void) {
-  eng_plan good, bad;
-  eng_plan_cost k;
-  eng_config c;
-  eng_profile p;
+static void broken_plans(const spilling *s) {
+  const eng_plan *good = &s->plan;
+  const eng_plan_cost k = s->k;
+  eng_plan bad;
   eng_err e = {0};
-  spilling_plan(&good, &k, &c, &p);
   int t;
   // Copied out before the boundary exists.
-  CHECK_OK(eng_plan_copy(&bad, &good, &e), &e);
+  CHECK_OK(eng_plan_copy(&bad, good, &e), &e);
   t = find_xfer(&bad, ENG_LANE_D2H);
   bad.xfer[t].window = bad.xfer[t].boundary - 1;
   if (bad.xfer[t].window < 0) bad.xfer[t].window = 2 * bad.n_layers;
   expect_refused(&bad, &k, "outside windows");
   eng_plan_free(&bad);
   // Written to NVMe no later than it was copied out.
-  CHECK_OK(eng_plan_copy(&bad, &good, &e), &e);
+  CHECK_OK(eng_plan_copy(&bad, good, &e), &e);
   t = find_xfer(&bad, ENG_LANE_NVME_W);
   bad.xfer[t].window = 0;
   expect_refused(&bad, &k, "not after");
   eng_plan_free(&bad);
   // A byte range lost.
-  CHECK_OK(eng_plan_copy(&bad, &good, &e), &e);
+  CHECK_OK(eng_plan_copy(&bad, good, &e), &e);
   t = find_xfer(&bad, ENG_LANE_H2D);
   bad.xfer[t].bytes -= bad.row_bytes;
   expect_refused(&bad, &k, "on h2d"); // a gap, or too few bytes
   eng_plan_free(&bad);
   // A boundary the plan keeps on the device, with transfers.
-  CHECK_OK(eng_plan_copy(&bad, &good, &e), &e);
+  CHECK_OK(eng_plan_copy(&bad, good, &e), &e);
   t = find_xfer(&bad, ENG_LANE_D2H);
   bad.bnd[bad.xfer[t].boundary].tier = ENG_TIER_DEVICE;
   expect_refused(&bad, &k, "stays on the device");
   eng_plan_free(&bad);
   // A block that does not end where the next checkpoint is.
-  CHECK_OK(eng_plan_copy(&bad, &good, &e), &e);
+  CHECK_OK(eng_plan_copy(&bad, good, &e), &e);
   bad.bnd[0].block_end++;
   expect_refused(&bad, &k, "block ends");
   eng_plan_free(&bad);
   // Less device memory than the plan holds.
   eng_plan_cost small = k;
-  small.cap_dev = (double)good.peak_dev - 4096;
-  expect_refused(&good, &small, "in device");
+  small.cap_dev = (double)good->peak_dev - 4096;
+  expect_refused(good, &small, "in device");
   small = k;
-  small.cap_host = (double)good.peak_host - 4096;
-  expect_refused(&good, &small, "in host");
+  small.cap_host = (double)good->peak_host - 4096;
+  expect_refused(good, &small, "in host");
   // A slower link than the plan's windows assumed.
   small = k;
   small.d2h *= 0.25;
-  expect_refused(&good, &small, "on d2h");
+  expect_refused(good, &small, "on d2h");
   // Exposed time the windows do not account for.
-  CHECK_OK(eng_plan_copy(&bad, &good, &e), &e);
+  CHECK_OK(eng_plan_copy(&bad, good, &e), &e);
   bad.win[2].t_compute *= 0.5;
   expect_refused(&bad, &k, "computes for");
   eng_plan_free(&bad);
-  eng_plan_free(&good);
 }
 
 // Checkpoint after every layer on the device, with links far faster than
@@ -253,21 +255,19 @@ static void replay_sum(void) {
     }
 }
 
-static void serialisation(void) {
-  eng_plan plan, back;
-  eng_plan_cost k;
-  eng_config c;
-  eng_profile p;
+static void serialisation(const spilling *s) {
+  const eng_plan *plan = &s->plan;
+  const eng_plan_cost *k = &s->k;
+  eng_plan back;
   eng_err e = {0};
-  spilling_plan(&plan, &k, &c, &p);
   char *a, *b;
-  CHECK_OK(eng_plan_to_json(&plan, &a, &e), &e);
+  CHECK_OK(eng_plan_to_json(plan, &a, &e), &e);
   CHECK_OK(eng_plan_from_json(a, &back, &e), &e);
   CHECK_OK(eng_plan_to_json(&back, &b, &e), &e);
   CHECK(!strcmp(a, b), "JSON round trip changes the plan");
-  CHECK_OK(eng_plan_check(&back, &k, &e), &e);
+  CHECK_OK(eng_plan_check(&back, k, &e), &e);
   eng_plan_free(&back);
-  CHECK_OK(eng_plan_save(&plan, tmp_path("plan.json"), &e), &e);
+  CHECK_OK(eng_plan_save(plan, tmp_path("plan.json"), &e), &e);
   CHECK_OK(eng_plan_load(tmp_path("plan.json"), &back, &e), &e);
   free(b);
   CHECK_OK(eng_plan_to_json(&back, &b, &e), &e);
@@ -299,25 +299,27 @@ static void serialisation(void) {
   free(a);
   // For a person: a line per boundary, the predictions; an SVG with every lane.
   char *table, *svg;
-  CHECK_OK(eng_plan_table(&plan, &table, &e), &e);
+  CHECK_OK(eng_plan_table(plan, &table, &e), &e);
   CHECK(strstr(table, "boundary") && strstr(table, "nvme") && strstr(table, "predicted step"), "table:\n%s", table);
-  eng_plan_sim s;
-  CHECK_OK(eng_plan_simulate(&plan, &k, &s, &e), &e);
-  CHECK_OK(eng_plan_svg(&plan, &s, &svg, &e), &e);
+  eng_plan_sim sim;
+  CHECK_OK(eng_plan_simulate(plan, k, &sim, &e), &e);
+  CHECK_OK(eng_plan_svg(plan, &sim, &svg, &e), &e);
   CHECK(!strncmp(svg, "<svg", 4) && strstr(svg, "copy-in") && strstr(svg, "NVMe") && strstr(svg, "</svg>"), "svg");
   printf("%s", table);
   free(table);
   free(svg);
-  eng_plan_sim_free(&s);
-  eng_plan_free(&plan);
+  eng_plan_sim_free(&sim);
 }
 
 int main(void) {
   tmp_make();
   planner_plans();
-  broken_plans();
+  spilling s;
+  spilling_plan(&s);
+  broken_plans(&s);
   replay_sum();
-  serialisation();
+  serialisation(&s);
+  eng_plan_free(&s.plan);
   tmp_cleanup();
   printf("ok\n");
   return 0;

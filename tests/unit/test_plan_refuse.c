@@ -19,22 +19,17 @@ static eng_config tiny(int L) {
                       .rms_eps = 1e-6f, .init_std = 0.02f, .qk_norm = 1};
 }
 
-static eng_profile load_profile(const char *name) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/engine/plan/profiles/%s", TRAIND_SOURCE_DIR, name);
-  eng_profile p;
-  eng_err e = {0};
-  CHECK_OK(eng_profile_load(path, &p, &e), &e);
-  return p;
+static const char *src(const char *dir, const char *name) {
+  static char path[1024];
+  snprintf(path, sizeof path, "%s/engine/plan/%s/%s", TRAIND_SOURCE_DIR, dir, name);
+  return path;
 }
 
-static eng_config load_config(const char *name) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/engine/plan/models/%s", TRAIND_SOURCE_DIR, name);
-  eng_config c;
+static eng_profile load_profile(const char *name) {
+  eng_profile p;
   eng_err e = {0};
-  CHECK_OK(eng_config_load(path, &c, &e), &e);
-  return c;
+  CHECK_OK(eng_profile_load(src("profiles", name), &p, &e), &e);
+  return p;
 }
 
 // The plan is refused with ENG_ECAP, naming `budget`, with a shortfall in bytes.
@@ -54,7 +49,9 @@ static void refused(const eng_config *c, int batch, const eng_profile *p, const 
 }
 
 static void budgets(void) {
-  eng_config c27 = load_config("dense-27b.json");
+  eng_config c27;
+  eng_err e = {0};
+  CHECK_OK(eng_config_load(src("models", "dense-27b.json"), &c27, &e), &e);
   // The 27B's host state (~272 GB) in 128 GiB.
   eng_profile p = load_profile("rtx3090.json");
   p.host_bytes = 128.0 * 1073741824.0;
@@ -69,7 +66,6 @@ static void budgets(void) {
   eng_config c = tiny(8);
   p = load_profile("h800-sxm.json");
   eng_plan_cost k;
-  eng_err e = {0};
   CHECK_OK(eng_plan_cost_make(&c, 64, 1024, 1, &p, &k, &e), &e);
   p.device_act_bytes = 1.5 * k.bnd; // the first backward block's start and little else
   p.host_act_bytes = 1.0;
