@@ -104,7 +104,7 @@ static void opt_run(void *c) {
 
 // Largest rows/dims measured: the rate of a GEMM or a pass over memory
 // settles well below these, and calibration must fit in memory and in time.
-enum { MAX_ROWS = 2048, MAX_DIM = 4096 };
+enum { MAX_ROWS = 2048, MAX_DIM = 4096, MAX_HEADS = 8 };
 
 int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_cap, double max_seconds,
                               eng_profile *p, eng_err *e) {
@@ -113,10 +113,16 @@ int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_
   if (mb < 1 || T < 1 || !(device_cap > 0) || !(max_seconds > 0))
     return eng_err_set(e, ENG_EINVAL, "calibration: micro-batch %d, sequence %d, device cap %.0f, %g s", mb, T,
                        device_cap, max_seconds);
-  const double slice = max_seconds / 10.0; // seven measurements, some twice: within the budget
+  // Nine slices of measuring plus a warm-up run of each: within the budget.
+  const double slice = max_seconds / 12.0;
   int n1 = mb * T < MAX_ROWS ? mb * T : MAX_ROWS, n2 = n1 / 4 > 16 ? n1 / 4 : 16;
   int in = c->d_model < MAX_DIM ? c->d_model : MAX_DIM, out = c->d_ff < MAX_DIM ? c->d_ff : MAX_DIM;
-  int Ta = T < MAX_ROWS ? T : MAX_ROWS, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+  // Attention's rate per FLOP does not depend on the head count: measure on
+  // at most MAX_HEADS of them, keeping the grouping.
+  int H = c->n_heads < MAX_HEADS ? c->n_heads : MAX_HEADS;
+  int KV = c->n_kv_heads * H / c->n_heads > 0 ? c->n_kv_heads * H / c->n_heads : 1, hd = c->head_dim;
+  while (H % KV) KV--;
+  int Ta = T < MAX_ROWS ? T : MAX_ROWS;
   size_t qn = (size_t)Ta * H * hd, kn = (size_t)Ta * KV * hd;
   size_t copy_bytes = (size_t)64 << 20, opt_n = (size_t)1 << 22;
   lin l = {0};
