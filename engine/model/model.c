@@ -6,10 +6,13 @@
 #include "common/bf16.h"
 #include "common/rng.h"
 
-static void *alloc_zeroed(size_t bytes) {
+// align: 64, or a page for memory that a GPU backend page-locks (pinning
+// works on whole pages, and a page must not be shared with another pinned
+// allocation, which CUDA refuses to register twice).
+static void *alloc_zeroed(size_t bytes, size_t align) {
   void *p = NULL;
-  bytes = bytes ? (bytes + 63) & ~(size_t)63 : 64; // every pointer valid, even for an empty shard
-  if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+  bytes = bytes ? (bytes + align - 1) & ~(align - 1) : align; // every pointer valid, even for an empty shard
+  if (posix_memalign(&p, align, bytes) != 0) return NULL;
   memset(p, 0, bytes);
   return p;
 }
@@ -34,9 +37,12 @@ static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e)
   eng_shard *sh = &m->shards[s];
   sh->numel = eng_layout_shard_numel(lo, s);
   sh->g_bf16 = o->grad_bf16 && s != 0;
-  sh->w = alloc_zeroed(sh->numel * sizeof(float));
-  sh->g = alloc_zeroed(sh->numel * (sh->g_bf16 ? sizeof(uint16_t) : sizeof(float)));
-  if (!sh->w || !sh->g) return eng_err_set(e, ENG_ENOMEM, "cannot allocate shard %d (%zu values)", s, sh->numel);
+  size_t pinned_align = o->work_bf16 ? 4096 : 64; // g and work cross PCIe on a GPU
+  sh->w = alloc_zeroed(sh->numel * sizeof(float), 64);
+  sh->g = alloc_zeroed(sh->numel * (sh->g_bf16 ? sizeof(uint16_t) : sizeof(float)), pinned_align);
+  sh->work = o->work_bf16 ? alloc_zeroed(sh->numel * sizeof(uint16_t), pinned_align) : NULL;
+  if (!sh->w || !sh->g || (o->work_bf16 && !sh->work))
+    return eng_err_set(e, ENG_ENOMEM, "cannot allocate shard %d (%zu values)", s, sh->numel);
   sh->n_tensors = shard_tensors(lo, s, sh->tensors);
   for (int i = 0; i < sh->n_tensors; i++) {
     const eng_tensor *t = &sh->tensors[i];
@@ -71,6 +77,7 @@ void eng_model_free(eng_model *m) {
       eng_shard *sh = &m->shards[s];
       free(sh->w);
       free(sh->g);
+      free(sh->work);
       for (int i = 0; i < sh->n_tensors; i++) eng_adamw8_state_free(&sh->opt[i]);
     }
   }
@@ -83,6 +90,14 @@ size_t eng_model_opt_bytes(const eng_model *m) {
   for (int s = 0; s < m->lo.n_shards; s++)
     for (int i = 0; i < m->shards[s].n_tensors; i++) n += m->shards[s].opt[i].bytes;
   return n;
+}
+
+void eng_model_work_refresh(eng_model *m) {
+  for (int s = 0; s < m->lo.n_shards; s++) {
+    eng_shard *sh = &m->shards[s];
+    // The optimizer writes the working copy with the same rounding (nearest even).
+    if (sh->work) eng_bf16_from_f32_n(sh->work, sh->w, sh->numel, ENG_ISA_AUTO);
+  }
 }
 
 float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t) { return m->shards[s].w + t->off; }
@@ -129,6 +144,6 @@ size_t eng_model_host_bytes(const eng_model *m) {
   size_t n = 0;
   if (!m->shards) return 0;
   for (int s = 0; s < m->lo.n_shards; s++)
-    n += m->shards[s].numel * (sizeof(float) + (m->shards[s].g_bf16 ? 2 : 4));
+    n += m->shards[s].numel * (sizeof(float) + (m->shards[s].g_bf16 ? 2 : 4) + (m->shards[s].work ? 2 : 0));
   return n + eng_model_opt_bytes(m);
 }

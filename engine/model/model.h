@@ -17,6 +17,8 @@ typedef struct eng_shard {
   size_t numel;
   float *w;        // fp32 master weights
   void *g;         // gradient store, written by the backward's copy-out
+  uint16_t *work;  // bf16 working copy that streams to a GPU (eng_model_opts.work_bf16),
+                   // written by each update; NULL on the cpu, which streams w
   int g_bf16;      // 1: g holds bf16 bits (uint16_t), 0: fp32
   int n_tensors;   // tensors of the shard (embedding; layer params; final norm, lm_head)
   eng_tensor tensors[ENG_SHARD_MAX_TENSORS];
@@ -29,6 +31,7 @@ typedef struct eng_model_opts {
   int opt_fp32;           // fp32 moments for every tensor (exact torch AdamW)
   size_t opt_min_quant;   // 8-bit moments from this many elements (0: ENG_ADAMW8_MIN_QUANT)
   int opt_fp32_embed_head; // fp32 moments for the embedding and lm_head
+  int work_bf16;          // keep a bf16 working copy of every shard (the cuda backend)
 } eng_model_opts;
 
 typedef struct eng_model {
@@ -52,6 +55,10 @@ void eng_model_grad_get(const eng_model *m, int s, const eng_tensor *t, float *d
 // embedding ~ N(0, init_std), norm weights 1, biases 0. Each tensor draws
 // from its own RNG stream of the seed, so the result is independent of order.
 void eng_model_init_random(eng_model *m, uint64_t seed);
+
+// Rewrites every working copy from the fp32 master (after init or a load;
+// updates keep it current themselves). Nothing to do without working copies.
+void eng_model_work_refresh(eng_model *m);
 
 // Pointer to tensor t of shard s inside the fp32 master weights.
 float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t);
