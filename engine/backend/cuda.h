@@ -19,7 +19,7 @@
 //   is kept and returned by eng_dev_cuda_sync; every message carries
 //   file:line and CUDA's reason. Without a driver or a GPU, opening fails
 //   with ENG_EDEVICE and "no CUDA device: <reason>"; a build without CUDA
-//   has a stub that fails with ENG_ENOTSUP.
+//   has a stub that fails with ENG_ENOTSUP (and counts no device, ENG_EDEVICE).
 //
 // Threads: the ops may be called from any thread (each direction is
 // serialised). The thread that launches kernels on the compute stream calls
@@ -36,6 +36,11 @@ extern "C" {
 #if defined(TRAIND_HAVE_CUDA)
 
 #include "kernels/cuda/kernels_cuda.h"
+
+// The CUDA devices: their count, or a negative ENG_EDEVICE with the reason;
+// a device's name and memory. Neither takes device memory.
+int eng_dev_cuda_count(eng_err *e);
+int eng_dev_cuda_describe(int ordinal, char *name, size_t name_cap, size_t *memory_bytes, eng_err *e);
 
 // Opens GPU `ordinal` with an arena cap of `cap` bytes (0: all that is free).
 int eng_dev_open_cuda(eng_dev **out, int ordinal, size_t cap, eng_err *e);
@@ -75,11 +80,21 @@ void eng_dev_cuda_copy_out_after(eng_dev *d, const eng_cuda_mark *m, void *dst, 
 
 #else
 
+#define ENG_DEV_NO_CUDA "this build has no CUDA backend (nvcc was not found when it was configured)"
+
+static inline int eng_dev_cuda_count(eng_err *e) { return eng_err_set(e, ENG_EDEVICE, ENG_DEV_NO_CUDA); }
+
+static inline int eng_dev_cuda_describe(int ordinal, char *name, size_t name_cap, size_t *memory_bytes,
+                                        eng_err *e) {
+  (void)ordinal, (void)name, (void)name_cap, (void)memory_bytes;
+  return eng_err_set(e, ENG_EDEVICE, ENG_DEV_NO_CUDA);
+}
+
 static inline int eng_dev_open_cuda(eng_dev **out, int ordinal, size_t cap, eng_err *e) {
   (void)ordinal;
   (void)cap;
   *out = NULL;
-  return eng_err_set(e, ENG_ENOTSUP, "this build has no CUDA backend (nvcc was not found when it was configured)");
+  return eng_err_set(e, ENG_ENOTSUP, ENG_DEV_NO_CUDA);
 }
 
 #endif

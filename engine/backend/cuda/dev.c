@@ -254,6 +254,20 @@ int eng_dev_open_cuda(eng_dev **out, int ordinal, size_t cap, eng_err *e) {
 
 // ---- the rest of cuda.h --------------------------------------------------------
 
+int eng_dev_cuda_count(eng_err *e) { return eng_cuda_device_count(e); }
+
+int eng_dev_cuda_describe(int ordinal, char *name, size_t name_cap, size_t *memory_bytes, eng_err *e) {
+  struct cudaDeviceProp prop;
+  cudaError_t st = cudaGetDeviceProperties(&prop, ordinal);
+  if (st != cudaSuccess) {
+    cudaGetLastError(); // not sticky: leave no error behind for this thread's next call
+    return fail(e, st, "cudaGetDeviceProperties", __LINE__);
+  }
+  snprintf(name, name_cap, "%s", prop.name);
+  *memory_bytes = prop.totalGlobalMem;
+  return 0;
+}
+
 int eng_dev_cuda_use(eng_dev *d, eng_err *e) {
   TRY(cudaSetDevice(as_cuda(d)->ordinal));
   return 0;

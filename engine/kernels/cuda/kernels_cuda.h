@@ -55,6 +55,8 @@ int eng_cuda_stream_sync(eng_cuda_stream s, eng_err *e);
 
 // p[0..bytes) = 0 on stream s.
 int eng_cuda_zero(void *p, size_t bytes, eng_cuda_stream s, eng_err *e);
+// dst[0..bytes) = src[0..bytes), device to device, on stream s.
+int eng_cuda_copy(void *dst, const void *src, size_t bytes, eng_cuda_stream s, eng_err *e);
 
 // Number of CUDA devices, or a negative ENG_EDEVICE with the reason (no
 // driver, no device) in e. Touches no device.

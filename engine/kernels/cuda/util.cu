@@ -1,5 +1,5 @@
-// Error reporting, stream sync, zeroing and device discovery for the cuda
-// kernels.
+// Error reporting, stream sync, zeroing, copies and device discovery for the
+// cuda kernels.
 #include "kernels/cuda/util.cuh"
 
 int eng_cuda_fail(eng_err *e, cudaError_t st, const char *call, const char *file, int line) {
@@ -15,6 +15,11 @@ int eng_cuda_stream_sync(eng_cuda_stream s, eng_err *e) {
 
 int eng_cuda_zero(void *p, size_t bytes, eng_cuda_stream s, eng_err *e) {
   if (bytes) ENG_CUDA_TRY(cudaMemsetAsync(p, 0, bytes, s), e);
+  return 0;
+}
+
+int eng_cuda_copy(void *dst, const void *src, size_t bytes, eng_cuda_stream s, eng_err *e) {
+  if (bytes) ENG_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), e);
   return 0;
 }
 
