@@ -8,85 +8,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/worker.h"
-#include "exec/layer.h"
+#include "backend/cuda.h"
+#include "exec/exec_impl.h"
 #include "kernels/kernels.h"
-#include "common/bf16.h"
 #include "optim/adamw8.h"
-
-// One weight copy: shard `shard` into weight slot `slot`, once the shard's
-// update count reaches `need`. The head stage copies the final norm and the
-// head matrix (lm_head, or the embedding when tied) into one slot.
-typedef struct copy_job {
-  eng_exec *x;
-  int shard, slot;
-  int64_t need;
-} copy_job;
-
-// One gradient copy: a gradient slot's contents into the host store.
-typedef struct out_job {
-  eng_exec *x;
-  int shard, slot;
-} out_job;
-
-typedef struct opt_job {
-  eng_exec *x;
-  int shard;
-  eng_exec_update u;
-} opt_job;
-
-enum { MAX_SCHED = 4096 };
-
-struct eng_exec {
-  eng_model *m;
-  eng_dev *dev;
-  eng_exec_policy p;
-  int L, mb;            // layers; sequences per micro-batch
-  size_t slot_floats;   // a weight/gradient slot: max(layer shard, head stage)
-  size_t bnd_floats;    // one boundary activation of the whole batch: B*T*d
-
-  // arena
-  float *wslot[2], *gslot[2];
-  float *xa, *xb;       // forward: current / next boundary; backward: dy / dx
-  eng_place *place;     // [L] where each boundary lives (ENG_PLACE_NONE: recomputed)
-  uint8_t *keep;        // [L] layers that keep their inner activations
-  int spills;           // some boundary goes to the store
-  float *xc;            // staging for a checkpoint kept in host memory or the store
-  float **ckpt;         // [L] boundary checkpoints on the device (NULL elsewhere)
-  float **rc;           // recompute buffers for the boundaries inside a block
-  int n_rc;
-  float *acts_buf, *scratch_buf, *ybuf;
-  eng_layer_acts acts;  // workspace of the layer being computed
-  eng_layer_acts *kept; // [L * micro_batches], bound for the layers that keep activations
-  eng_layer_scratch scratch;
-  float *h_xn, *h_rstd, *h_dxn, *h_scratch; // loss phase, one micro-batch
-  int32_t *targets;     // [B*T] shifted labels (host)
-  float **ckpt_host;    // [L] host copies of the boundaries placed in host memory
-  int64_t runs;         // backward passes started: the spill store's step key
-
-  // streams
-  eng_worker copy_in, copy_out, optim;
-  copy_job cjobs[2];
-  uint64_t cticket[2];  // copy-in ticket of what each slot holds (or will)
-  out_job ojobs[2];
-  uint64_t oticket[2];  // copy-out ticket that last read each gradient slot
-  opt_job *opt_jobs;    // [2][shards]: round r's updates in half r % 2, since a lagged
-                        // round is armed while the previous one may still be pending
-  int inline_opt;       // updates run on the compute thread when first needed (cpu)
-  int armed;            // an update round is armed for the run in progress
-  int early;            // ... and each shard updates once its gradients are out (not inline)
-  double *sumsq;        // per shard Σ g², filled by copy-out jobs
-
-  // weight versions: updates applied per shard, and rounds launched
-  pthread_mutex_t vmu;
-  pthread_cond_t vcv;
-  int64_t *version;
-  int64_t rounds;
-
-  // the step's weight schedule: shards in the order compute needs them
-  int sched[MAX_SCHED];
-  int n_sched, next_acquire;
-};
 
 static double now(void) {
   struct timespec ts;
@@ -135,72 +60,93 @@ static int block_len_max(const eng_place *place, int L) {
 
 typedef struct carve {
   eng_dev *dev;
+  size_t align;
   size_t bytes;
 } carve;
 
-static float *take(carve *c, size_t floats) {
-  size_t n = (floats * sizeof(float) + 63) & ~(size_t)63;
+static void *take(carve *c, size_t bytes) {
+  size_t n = (bytes + c->align - 1) & ~(c->align - 1);
   c->bytes += n;
   return c->dev ? eng_dev_alloc(c->dev, n) : NULL;
 }
 
-static size_t head_stage_floats(const eng_config *c) {
-  return (size_t)c->d_model + (size_t)c->vocab * c->d_model;
+// The backend that computes a policy's arena; ENG_EDEVICE when this build
+// has none for it.
+static int ops_for(const eng_exec_policy *p, const exec_ops **ops, eng_err *e) {
+  *ops = &eng_exec_cpu_ops;
+  if (!p->cuda) return 0;
+#ifdef TRAIND_HAVE_CUDA
+  (void)e;
+  *ops = &eng_exec_cuda_ops;
+  return 0;
+#else
+  return eng_err_set(e, ENG_EDEVICE, ENG_DEV_NO_CUDA);
+#endif
 }
+
+// Layers that keep their inner activations.
+static int kept_layers(const eng_exec *x, int L) {
+  int kept = 0;
+  for (int l = 0; l < L; l++) kept += x->keep[l];
+  return kept;
+}
+
+// Some layer recomputes its inside (in the backward or for a block's inner
+// boundaries): the shared workspace exists.
+static int has_workspace(const eng_exec *x, int L) { return kept_layers(x, L) < L || x->n_rc > 0; }
 
 static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy *p, carve *cv) {
   eng_layout lo;
   eng_layout_init(&lo, c);
   const int L = c->n_layers, mb = p->batch / p->micro_batches, T = p->seq_len;
-  size_t slot = lo.layer_numel > head_stage_floats(c) ? lo.layer_numel : head_stage_floats(c);
-  size_t bnd = (size_t)p->batch * T * c->d_model, mbn = (size_t)mb * T;
-  x->slot_floats = slot;
-  x->bnd_floats = bnd;
-  for (int i = 0; i < 2; i++) x->wslot[i] = take(cv, slot);
-  for (int i = 0; i < 2; i++) x->gslot[i] = take(cv, slot);
-  x->xa = take(cv, bnd);
-  x->xb = take(cv, bnd);
-  int staged = 0, kept = 0;
-  for (int l = 0; l < L; l++) {
-    staged |= x->place[l] == ENG_PLACE_HOST || x->place[l] == ENG_PLACE_STORE;
-    kept += x->keep[l];
-  }
-  x->xc = staged ? take(cv, bnd) : NULL;
-  for (int l = 0; l < L; l++) x->ckpt[l] = x->place[l] == ENG_PLACE_DEVICE ? take(cv, bnd) : NULL;
+  const exec_sizes *z = &x->z;
+  size_t slot = exec_slot_values(&lo);
+  size_t mbn = (size_t)mb * T;
+  x->bnd_bytes = (size_t)p->batch * T * c->d_model * z->act;
+  cv->align = z->align;
+  for (int i = 0; i < 2; i++) x->wslot[i] = take(cv, slot * z->weight);
+  for (int i = 0; i < 2; i++) x->gslot[i] = take(cv, slot * sizeof(float));
+  x->xa = take(cv, x->bnd_bytes);
+  x->xb = take(cv, x->bnd_bytes);
+  int staged = 0;
+  for (int l = 0; l < L; l++) staged |= x->place[l] == ENG_PLACE_HOST || x->place[l] == ENG_PLACE_STORE;
+  x->xc = staged ? take(cv, x->bnd_bytes) : NULL;
+  for (int l = 0; l < L; l++) x->ckpt[l] = x->place[l] == ENG_PLACE_DEVICE ? take(cv, x->bnd_bytes) : NULL;
   x->n_rc = block_len_max(x->place, L) - 1;
-  for (int j = 0; j < x->n_rc; j++) x->rc[j] = take(cv, bnd);
+  for (int j = 0; j < x->n_rc; j++) x->rc[j] = take(cv, x->bnd_bytes);
   // Workspace for the layers that recompute, and the kept activations.
-  size_t acts = eng_layer_acts_floats(c, mb, T);
-  int workspace = kept < L || x->n_rc > 0;
-  x->acts_buf = take(cv, acts * ((size_t)workspace + (size_t)kept * p->micro_batches));
-  x->scratch_buf = take(cv, eng_layer_scratch_floats(c, mb, T));
-  x->ybuf = take(cv, mbn * c->d_model);
-  x->h_xn = take(cv, mbn * c->d_model);
-  x->h_rstd = take(cv, mbn);
-  x->h_dxn = take(cv, mbn * c->d_model);
-  x->h_scratch = take(cv, eng_k_head_loss_scratch_floats(c->vocab));
+  size_t regions = (size_t)has_workspace(x, L) + (size_t)kept_layers(x, L) * p->micro_batches;
+  x->acts_buf = take(cv, z->acts * regions);
+  x->scratch_buf = take(cv, z->scratch);
+  x->ybuf = take(cv, mbn * c->d_model * z->act);
+  x->h_xn = take(cv, mbn * c->d_model * z->act);
+  x->h_rstd = take(cv, mbn * sizeof(float));
+  x->h_dxn = take(cv, mbn * c->d_model * z->act);
+  x->h_scratch = take(cv, z->head_scratch);
+  x->own = z->own ? take(cv, z->own) : NULL;
 }
 
 int eng_exec_tiers_of(const eng_config *c, const eng_exec_policy *p, eng_exec_tiers *t, eng_err *e) {
   const int L = c->n_layers;
   eng_exec tmp;
-  float *ck[L + 1], *rc[L + 1];
+  void *ck[L + 1], *rc[L + 1];
   eng_place place[L];
   uint8_t keep[L];
   memset(&tmp, 0, sizeof tmp);
   int rc_ = policy_resolve(c, p, place, keep, e);
   if (rc_) return rc_;
+  if ((rc_ = ops_for(p, &tmp.ops, e)) || (rc_ = tmp.ops->sizes(c, p, &tmp.z, e))) return rc_;
   tmp.ckpt = ck;
   tmp.rc = rc;
   tmp.place = place;
   tmp.keep = keep;
-  carve cv = {NULL, 0};
+  carve cv = {NULL, 0, 0};
   layout_arena(&tmp, c, p, &cv);
   memset(t, 0, sizeof *t);
   t->device = cv.bytes;
   for (int l = 0; l < L; l++) {
-    if (place[l] == ENG_PLACE_HOST) t->host += tmp.bnd_floats * sizeof(float);
-    if (place[l] == ENG_PLACE_STORE) t->store += tmp.bnd_floats * sizeof(float);
+    if (place[l] == ENG_PLACE_HOST) t->host += tmp.bnd_bytes;
+    if (place[l] == ENG_PLACE_STORE) t->store += tmp.bnd_bytes;
   }
   return 0;
 }
@@ -236,23 +182,31 @@ static void shard_ensure(eng_exec *x, int s) {
 
 // ---- copy-in -----------------------------------------------------------------
 
+// What streams of shard s: the bf16 working copy where the model keeps one
+// (a GPU), else the fp32 master.
+static const char *streamed(const eng_exec *x, int s) {
+  const eng_shard *sh = &x->m->shards[s];
+  return sh->work ? (const char *)sh->work : (const char *)sh->w;
+}
+
 static void copy_in_run(void *arg) {
   copy_job *j = arg;
   eng_exec *x = j->x;
   eng_model *m = x->m;
   const int head = m->lo.n_layers + 1;
-  float *dst = x->wslot[j->slot];
+  const size_t wz = x->z.weight;
+  char *dst = x->wslot[j->slot];
   if (j->shard == head) {
     const eng_layout *lo = &m->lo;
     version_wait(x, head, j->need);
     version_wait(x, 0, j->need);
-    const float *hw = m->shards[head].w;
-    x->dev->ops->copy_in(x->dev, dst, hw + lo->final_norm.off, lo->final_norm.numel * sizeof(float));
-    const float *mat = lo->lm_head.numel ? hw + lo->lm_head.off : m->shards[0].w;
-    x->dev->ops->copy_in(x->dev, dst + lo->final_norm.numel, mat, lo->embed.numel * sizeof(float));
+    const char *hw = streamed(x, head);
+    x->ops->weights_in(x, j->slot, dst, hw + lo->final_norm.off * wz, lo->final_norm.numel * wz);
+    const char *mat = lo->lm_head.numel ? hw + lo->lm_head.off * wz : streamed(x, 0);
+    x->ops->weights_in(x, j->slot, dst + lo->final_norm.numel * wz, mat, lo->embed.numel * wz);
   } else {
     version_wait(x, j->shard, j->need);
-    x->dev->ops->copy_in(x->dev, dst, m->shards[j->shard].w, m->shards[j->shard].numel * sizeof(float));
+    x->ops->weights_in(x, j->slot, dst, streamed(x, j->shard), m->shards[j->shard].numel * wz);
   }
 }
 
@@ -264,7 +218,7 @@ static void sched_submit(eng_exec *x, int i) {
 }
 
 // Weights of the next shard in the schedule; waits for its copy.
-static const float *sched_acquire(eng_exec *x, int shard, double *t_wait) {
+static const void *sched_acquire(eng_exec *x, int shard, double *t_wait) {
   int i = x->next_acquire++;
   int slot = i & 1;
   (void)shard; // the schedule was built in compute order; shard documents the call site
@@ -281,7 +235,10 @@ static const float *sched_acquire(eng_exec *x, int shard, double *t_wait) {
 }
 
 // Compute is done with the slot of schedule entry i: refill it with entry i+2.
-static void sched_release(eng_exec *x) { sched_submit(x, x->next_acquire + 1); }
+static void sched_release(eng_exec *x) {
+  x->ops->slot_free(x, (x->next_acquire - 1) & 1);
+  sched_submit(x, x->next_acquire + 1);
+}
 
 static void sched_begin(eng_exec *x) {
   x->next_acquire = 0;
@@ -291,54 +248,29 @@ static void sched_begin(eng_exec *x) {
 
 // ---- copy-out ----------------------------------------------------------------
 
-// Writes n gradient values of the slot into a shard's store at element off.
-static void grad_store(eng_exec *x, eng_shard *sh, size_t off, const float *src, size_t n) {
-  if (sh->g_bf16) {
-    // The device narrows; only bf16 crosses (on the cpu, the conversion is the copy).
-    eng_bf16_from_f32_n((uint16_t *)sh->g + off, src, n, ENG_ISA_AUTO);
-    atomic_fetch_add(&x->dev->bytes_out, n * sizeof(uint16_t));
-  } else {
-    x->dev->ops->copy_out(x->dev, (float *)sh->g + off, src, n * sizeof(float));
-  }
-}
-
 static void copy_out_run(void *arg) {
   out_job *j = arg;
   eng_exec *x = j->x;
-  eng_model *m = x->m;
-  const eng_layout *lo = &m->lo;
-  const int head = lo->n_layers + 1;
-  const float *src = x->gslot[j->slot];
   omp_set_num_threads(1); // beside compute: no OpenMP team of its own
-  size_t n;
-  if (j->shard == head) {
-    eng_shard *hs = &m->shards[head];
-    grad_store(x, hs, lo->final_norm.off, src, lo->final_norm.numel);
-    // Tied: the head's gradient is the first contribution to the embedding's.
-    if (lo->lm_head.numel) grad_store(x, hs, lo->lm_head.off, src + lo->final_norm.numel, lo->embed.numel);
-    else grad_store(x, &m->shards[0], 0, src + lo->final_norm.numel, lo->embed.numel);
-    n = lo->final_norm.numel + lo->lm_head.numel;
-  } else {
-    n = m->shards[j->shard].numel;
-    grad_store(x, &m->shards[j->shard], 0, src, n);
-  }
-  // The norm of what the device accumulated (fp32), as a GPU reduces it on the fly.
-  x->sumsq[j->shard] = eng_k_sumsq(src, n);
+  x->ops->grad_out(x, j->slot, j->shard);
   if (x->early) eng_worker_submit(&x->optim, opt_run, round_job(x, x->rounds + 1, j->shard));
 }
 
-// A gradient slot for the next shard, zeroed once its last copy-out is done.
-static float *gslot_begin(eng_exec *x, int i, size_t floats, double *t_wait) {
+// Gradient slot i & 1 for the next shard, zeroed once its last copy-out is done.
+static int gslot_begin(eng_exec *x, int i, size_t floats, double *t_wait, eng_err *e) {
   double t0 = now();
   eng_worker_wait(&x->copy_out, x->oticket[i & 1]);
   *t_wait += now() - t0;
-  memset(x->gslot[i & 1], 0, floats * sizeof(float));
-  return x->gslot[i & 1];
+  return x->ops->grad_zero(x, i & 1, floats, e);
 }
 
-static void gslot_end(eng_exec *x, int i, int shard) {
+// The shard's backward is queued: finish its gradients and send them out.
+static int gslot_end(eng_exec *x, int i, int shard, eng_err *e) {
+  int rc = x->ops->grad_finish(x, i & 1, shard, e);
+  if (rc) return rc;
   x->ojobs[i & 1] = (out_job){x, shard, i & 1};
   x->oticket[i & 1] = eng_worker_submit(&x->copy_out, copy_out_run, &x->ojobs[i & 1]);
+  return 0;
 }
 
 // ---- optimizer -----------------------------------------------------------------
@@ -356,6 +288,7 @@ static void opt_run(void *arg) {
                         .g = sh->g_bf16 ? (const void *)((const uint16_t *)sh->g + t->off)
                                         : (const void *)((const float *)sh->g + t->off),
                         .g_type = sh->g_bf16 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32};
+    if (sh->work) io.work = sh->work + t->off, io.work_type = ENG_ADAMW8_BF16; // what the next step streams
     eng_err ignored; // the arguments are built here: an error would be a bug caught by the tests
     eng_adamw8_update(&sh->opt[i], &io, &h, ENG_ISA_AUTO, NULL, &ignored);
   }
@@ -406,11 +339,30 @@ void eng_exec_quiesce(eng_exec *x) {
 
 // ---- open / close --------------------------------------------------------------
 
+// Splits acts_buf as layout_arena sized it: the workspace first (when some
+// layer recomputes), then each keeping layer's micro-batches in order.
+static void acts_regions(eng_exec *x) {
+  char *ab = x->acts_buf;
+  if (has_workspace(x, x->L)) {
+    x->acts_at[0] = ab;
+    ab += x->z.acts;
+  }
+  for (int l = 0; l < x->L; l++)
+    for (int i = 0; x->keep[l] && i < x->p.micro_batches; i++, ab += x->z.acts)
+      x->acts_at[exec_acts_index(x, l, i)] = ab;
+}
+
 int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_policy *p, eng_err *e) {
   const eng_config *c = &m->cfg;
   if (p->micro_batches < 1 || p->batch % p->micro_batches != 0)
     return eng_err_set(e, ENG_EINVAL, "spec: micro_batches (%d) must divide batch (%d)",
                        p->micro_batches, p->batch);
+  if ((p->cuda == 0) != (dev->host_compute != 0))
+    return eng_err_set(e, ENG_EINVAL, "policy: laid out for the %s backend, but the device is %s",
+                       p->cuda ? "cuda" : "cpu", dev->name);
+  if (p->cuda && !m->shards[0].work)
+    return eng_err_set(e, ENG_EINVAL, "model: the cuda backend streams bf16 working copies, and the model "
+                       "holds none (eng_model_opts.work_bf16)");
   eng_exec_tiers tiers;
   int rc = eng_exec_tiers_of(c, p, &tiers, e);
   if (rc) return rc;
@@ -429,6 +381,8 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->p.keep = NULL;
   x->L = c->n_layers;
   x->mb = p->batch / p->micro_batches;
+  ops_for(p, &x->ops, e); // both accepted by eng_exec_tiers_of
+  x->ops->sizes(c, p, &x->z, e);
   x->place = calloc((size_t)x->L, sizeof *x->place);
   x->keep = calloc((size_t)x->L, sizeof *x->keep);
   x->ckpt = calloc((size_t)x->L, sizeof *x->ckpt);
@@ -438,34 +392,27 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->sumsq = calloc((size_t)m->lo.n_shards, sizeof *x->sumsq);
   x->opt_jobs = calloc(2 * (size_t)m->lo.n_shards, sizeof *x->opt_jobs);
   x->targets = malloc(sizeof(int32_t) * (size_t)p->batch * p->seq_len);
-  x->kept = calloc((size_t)x->L * p->micro_batches, sizeof *x->kept);
+  x->acts_at = calloc(1 + (size_t)x->L * p->micro_batches, sizeof *x->acts_at);
   if (!x->place || !x->keep || !x->ckpt || !x->ckpt_host || !x->rc || !x->version || !x->sumsq ||
-      !x->opt_jobs || !x->targets || !x->kept) {
+      !x->opt_jobs || !x->targets || !x->acts_at) {
     eng_exec_close(x);
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's tables");
   }
   policy_resolve(c, p, x->place, x->keep, e); // accepted above
   for (int l = 0; l < x->L; l++) x->spills |= x->place[l] == ENG_PLACE_STORE;
-  carve cv = {dev, 0};
+  carve cv = {dev, 0, 0};
   layout_arena(x, c, p, &cv);
-  size_t acts = eng_layer_acts_floats(c, x->mb, p->seq_len);
-  float *ab = x->acts_buf;
-  int kept = 0;
-  for (int l = 0; l < x->L; l++) kept += x->keep[l];
-  if (kept < x->L || x->n_rc > 0) {
-    eng_layer_acts_bind(&x->acts, ab, c, x->mb, p->seq_len);
-    ab += acts;
+  acts_regions(x);
+  if ((rc = x->ops->open(x, e))) {
+    eng_exec_close(x);
+    return rc;
   }
-  for (int l = 0; l < x->L; l++)
-    for (int i = 0; x->keep[l] && i < p->micro_batches; i++, ab += acts)
-      eng_layer_acts_bind(&x->kept[(size_t)l * p->micro_batches + i], ab, c, x->mb, p->seq_len);
-  eng_layer_scratch_bind(&x->scratch, x->scratch_buf, c, x->mb, p->seq_len);
   for (int l = 0; l < x->L; l++) {
     if (x->place[l] != ENG_PLACE_HOST) continue;
-    if (posix_memalign((void **)&x->ckpt_host[l], 64, x->bnd_floats * sizeof(float))) {
+    if ((rc = x->ops->host_alloc(x, &x->ckpt_host[l], x->bnd_bytes, e))) {
       eng_exec_close(x);
-      return eng_err_set(e, ENG_ENOMEM, "cannot allocate host checkpoints of %zu bytes",
-                         x->bnd_floats * sizeof(float));
+      eng_err_prefix(e, "the host checkpoint of boundary %d: ", l);
+      return rc;
     }
   }
   pthread_mutex_init(&x->vmu, NULL);
@@ -490,7 +437,9 @@ void eng_exec_close(eng_exec *x) {
     pthread_cond_destroy(&x->vcv);
   }
   if (x->ckpt_host)
-    for (int l = 0; l < x->L; l++) free(x->ckpt_host[l]);
+    for (int l = 0; l < x->L; l++)
+      if (x->ckpt_host[l]) x->ops->host_free(x->ckpt_host[l]);
+  if (x->ops) x->ops->close(x);
   free(x->ckpt_host);
   free(x->place);
   free(x->keep);
@@ -499,24 +448,19 @@ void eng_exec_close(eng_exec *x) {
   free(x->version);
   free(x->sumsq);
   free(x->opt_jobs);
-  free(x->kept);
   free(x->targets);
+  free(x->acts_at);
   free(x);
 }
 
 // ---- the step ------------------------------------------------------------------
 
 // Rows of micro-batch i inside a full-batch boundary buffer.
-static float *mbrow(const eng_exec *x, float *buf, int i) {
-  return buf + (size_t)i * x->mb * x->p.seq_len * x->m->cfg.d_model;
+static void *mbrow(const eng_exec *x, const void *buf, int i) {
+  return (char *)buf + x->bnd_bytes / x->p.micro_batches * i;
 }
 
 static int cancelled(volatile int *cancel) { return cancel && *cancel; }
-
-// Where layer l's micro-batch i keeps its activations.
-static eng_layer_acts *acts_of(eng_exec *x, int l, int i) {
-  return x->keep[l] ? &x->kept[(size_t)l * x->p.micro_batches + i] : &x->acts;
-}
 
 static void build_schedule(eng_exec *x, int backward) {
   const int L = x->L, head = L + 1;
@@ -539,10 +483,10 @@ static void build_schedule(eng_exec *x, int backward) {
 }
 
 // Puts boundary l (input of layer l, whole batch) where the policy keeps it.
-static int ckpt_store(eng_exec *x, int l, const float *src, eng_exec_result *res, eng_err *e) {
-  size_t bytes = x->bnd_floats * sizeof(float);
+static int ckpt_store(eng_exec *x, int l, const void *src, eng_exec_result *res, eng_err *e) {
+  size_t bytes = x->bnd_bytes;
   switch (x->place[l]) {
-  case ENG_PLACE_DEVICE: memcpy(x->ckpt[l], src, bytes); return 0;
+  case ENG_PLACE_DEVICE: return x->ops->copy(x, x->ckpt[l], src, bytes, e);
   case ENG_PLACE_HOST:
     x->dev->ops->copy_out(x->dev, x->ckpt_host[l], src, bytes);
     res->host_act += bytes;
@@ -550,13 +494,19 @@ static int ckpt_store(eng_exec *x, int l, const float *src, eng_exec_result *res
   case ENG_PLACE_STORE: break;
   case ENG_PLACE_NONE: return 0;
   }
-  atomic_fetch_add(&x->dev->bytes_out, bytes);
+  // The store reads host memory: the cpu arena in place, else through the stage.
+  if (x->stage) {
+    x->dev->ops->copy_out(x->dev, x->stage, src, bytes);
+    src = x->stage;
+  } else {
+    atomic_fetch_add(&x->dev->bytes_out, bytes);
+  }
   res->store_act += bytes;
   return x->p.spill->act_put(x->p.spill->ctx, x->runs, l, 0, src, bytes, e);
 }
 
-static int ckpt_fetch(eng_exec *x, int l, const float **out, eng_err *e) {
-  size_t bytes = x->bnd_floats * sizeof(float);
+static int ckpt_fetch(eng_exec *x, int l, const void **out, eng_err *e) {
+  size_t bytes = x->bnd_bytes;
   *out = x->xc;
   switch (x->place[l]) {
   case ENG_PLACE_DEVICE: *out = x->ckpt[l]; return 0;
@@ -564,8 +514,13 @@ static int ckpt_fetch(eng_exec *x, int l, const float **out, eng_err *e) {
   case ENG_PLACE_STORE: break;
   case ENG_PLACE_NONE: return eng_err_set(e, ENG_ESTATE, "boundary %d was not kept", l); // a schedule bug
   }
-  atomic_fetch_add(&x->dev->bytes_in, bytes);
-  return x->p.spill->act_get(x->p.spill->ctx, x->runs, l, 0, x->xc, bytes, e);
+  if (!x->stage) {
+    atomic_fetch_add(&x->dev->bytes_in, bytes);
+    return x->p.spill->act_get(x->p.spill->ctx, x->runs, l, 0, x->xc, bytes, e);
+  }
+  int rc = x->p.spill->act_get(x->p.spill->ctx, x->runs, l, 0, x->stage, bytes, e);
+  if (!rc) x->dev->ops->copy_in(x->dev, x->xc, x->stage, bytes);
+  return rc;
 }
 
 // Waits for the step's pending copies before an early return.
@@ -574,6 +529,7 @@ static int abort_step(eng_exec *x, int rc, eng_err *e) {
   for (int s = 0; s < x->m->lo.n_shards; s++) shard_ensure(x, s);
   eng_worker_drain(&x->copy_in);
   eng_worker_drain(&x->copy_out);
+  x->ops->abort(x);
   armed_finish(x, 0);
   x->n_sched = 0;
   if (rc == ENG_ECANCEL) eng_err_set(e, ENG_ECANCEL, "the run was cancelled");
@@ -584,15 +540,22 @@ static int abort_step(eng_exec *x, int rc, eng_err *e) {
   return rc;
 }
 
+#define STEP_TRY(call)                        \
+  do {                                        \
+    int rc_ = (call);                         \
+    if (rc_) return abort_step(x, rc_, e);    \
+  } while (0)
+
 int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int backward,
                  float *logits, volatile int *cancel, eng_exec_result *res, eng_err *e) {
   eng_model *m = x->m;
-  const eng_config *c = &m->cfg;
   const eng_layout *lo = &m->lo;
-  const int L = x->L, T = x->p.seq_len, B = x->p.batch, mb = x->mb, nmb = x->p.micro_batches;
-  const int d = c->d_model, V = c->vocab, head = L + 1;
-  const size_t mbn = (size_t)mb * T;
+  const int L = x->L, T = x->p.seq_len, B = x->p.batch, nmb = x->p.micro_batches;
+  const int head = L + 1;
   memset(res, 0, sizeof *res);
+  if (logits && !x->ops->logits)
+    return eng_err_set(e, ENG_ENOTSUP, "the %s backend does not hand back logits (the cpu backend does)",
+                       x->dev->name);
 
   // Labels are aligned with ids (transformers): position t predicts labels[t+1].
   for (int b = 0; b < B; b++)
@@ -607,25 +570,20 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   sched_begin(x);
   double t0 = now();
 
-  // Embedding: a gather from the host table straight into the arena (on a
-  // GPU it is a host gather plus one copy of B*T*d values, not the table).
+  // Embedding: rows of the host table (never the table) become boundary 0.
   shard_ensure(x, 0);
   version_wait(x, 0, x->rounds);
-  eng_k_embed_fwd(x->xa, m->shards[0].w, ids, B * T, d);
-  atomic_fetch_add(&x->dev->bytes_in, x->bnd_floats * sizeof(float));
+  STEP_TRY(x->ops->begin(x, ids, e));
 
-  float *cur = x->xa, *nxt = x->xb;
+  void *cur = x->xa, *nxt = x->xb;
   for (int l = 0; l < L; l++) {
     if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
-    if (is_ckpt(x, l) && backward) {
-      int rc = ckpt_store(x, l, cur, res, e);
-      if (rc) return abort_step(x, rc, e);
-    }
-    const float *w = sched_acquire(x, l + 1, &res->t_wait);
+    if (is_ckpt(x, l) && backward) STEP_TRY(ckpt_store(x, l, cur, res, e));
+    const void *w = sched_acquire(x, l + 1, &res->t_wait);
     for (int i = 0; i < nmb; i++)
-      eng_layer_fwd(c, lo, w, mbrow(x, cur, i), mbrow(x, nxt, i), mb, T, acts_of(x, l, i));
+      STEP_TRY(x->ops->layer_fwd(x, w, mbrow(x, cur, i), mbrow(x, nxt, i), exec_acts_index(x, l, i), e));
     sched_release(x);
-    float *t = cur;
+    void *t = cur;
     cur = nxt;
     nxt = t;
   }
@@ -635,60 +593,58 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   // Loss fused with the head, micro-batch by micro-batch; dx of the last
   // boundary lands in nxt, which becomes dy of the backward.
   if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
-  const float *hw = sched_acquire(x, head, &res->t_wait);
+  const void *hw = sched_acquire(x, head, &res->t_wait);
   float *hg = NULL;
-  if (backward) hg = gslot_begin(x, 0, lo->final_norm.numel + lo->embed.numel, &res->t_wait);
-  const float *fnorm = hw, *wmat = hw + lo->final_norm.numel;
-  float scale = res->count ? 1.0f / (float)res->count : 0.0f;
-  for (int i = 0; i < nmb; i++) {
-    const float *xl = mbrow(x, cur, i);
-    eng_k_rmsnorm_fwd(x->h_xn, x->h_rstd, xl, fnorm, (int)mbn, d, c->rms_eps);
-    float *lg = logits ? logits + (size_t)i * mbn * V : NULL;
-    res->loss_sum += eng_k_head_loss(backward ? x->h_dxn : NULL, backward ? hg + lo->final_norm.numel : NULL,
-                                     lg, x->h_xn, wmat, x->targets + (size_t)i * mbn, (int)mbn, d, V,
-                                     scale, x->h_scratch);
-    if (backward)
-      eng_k_rmsnorm_bwd(mbrow(x, nxt, i), hg, x->h_dxn, xl, fnorm, x->h_rstd, (int)mbn, d, 0);
+  if (backward) {
+    STEP_TRY(gslot_begin(x, 0, lo->final_norm.numel + lo->embed.numel, &res->t_wait, e));
+    hg = x->gslot[0];
   }
+  float scale = res->count ? 1.0f / (float)res->count : 0.0f;
+  for (int i = 0; i < nmb; i++)
+    STEP_TRY(x->ops->head(x, hw, hg, mbrow(x, cur, i), backward ? mbrow(x, nxt, i) : NULL, i, logits, scale,
+                          &res->loss_sum, e));
   sched_release(x);
   double t2 = now();
   res->t_loss = t2 - t1;
-  if (!backward) return 0;
-  gslot_end(x, 0, head);
+  if (!backward) {
+    STEP_TRY(x->ops->end(x, res, 0, e));
+    return 0;
+  }
+  STEP_TRY(gslot_end(x, 0, head, e));
 
   // Backward, block by block from the end.
-  float *dy = nxt, *dx = cur;
+  void *dy = nxt, *dx = cur;
   int gi = 1;
   int e_ = L;
   while (e_ > 0) {
     int cb = e_ - 1;
     while (!is_ckpt(x, cb)) cb--;
-    const float *xin0;
-    int rc = ckpt_fetch(x, cb, &xin0, e);
-    if (rc) return abort_step(x, rc, e);
+    const void *xin0;
+    STEP_TRY(ckpt_fetch(x, cb, &xin0, e));
     // Recompute the block's inner boundaries x_{cb+1} .. x_{e-1}.
     for (int l = cb; l <= e_ - 2; l++) {
       if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
-      const float *w = sched_acquire(x, l + 1, &res->t_wait);
-      const float *in = l == cb ? xin0 : x->rc[l - cb - 1];
+      const void *w = sched_acquire(x, l + 1, &res->t_wait);
+      const void *in = l == cb ? xin0 : x->rc[l - cb - 1];
       for (int i = 0; i < nmb; i++)
-        eng_layer_fwd(c, lo, w, mbrow(x, (float *)in, i), mbrow(x, x->rc[l - cb], i), mb, T, &x->acts);
+        STEP_TRY(x->ops->layer_fwd(x, w, mbrow(x, in, i), mbrow(x, x->rc[l - cb], i), 0, e));
       sched_release(x);
     }
     for (int l = e_ - 1; l >= cb; l--) {
       if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
-      const float *w = sched_acquire(x, l + 1, &res->t_wait);
-      float *g = gslot_begin(x, gi, lo->layer_numel, &res->t_wait);
-      const float *in = l == cb ? xin0 : x->rc[l - cb - 1];
+      const void *w = sched_acquire(x, l + 1, &res->t_wait);
+      STEP_TRY(gslot_begin(x, gi, lo->layer_numel, &res->t_wait, e));
+      float *g = x->gslot[gi & 1];
+      const void *in = l == cb ? xin0 : x->rc[l - cb - 1];
       for (int i = 0; i < nmb; i++) {
-        const float *xi = mbrow(x, (float *)in, i);
-        eng_layer_acts *a = acts_of(x, l, i);
-        if (!x->keep[l]) eng_layer_fwd(c, lo, w, xi, x->ybuf, mb, T, a); // recompute the layer's inside
-        eng_layer_bwd(c, lo, w, g, xi, a, mbrow(x, dy, i), mbrow(x, dx, i), mb, T, &x->scratch);
+        const void *xi = mbrow(x, in, i);
+        int a = exec_acts_index(x, l, i);
+        if (!x->keep[l]) STEP_TRY(x->ops->layer_fwd(x, w, xi, x->ybuf, a, e)); // recompute the layer's inside
+        STEP_TRY(x->ops->layer_bwd(x, w, g, xi, a, mbrow(x, dy, i), mbrow(x, dx, i), e));
       }
       sched_release(x);
-      gslot_end(x, gi++, l + 1);
-      float *t = dy;
+      STEP_TRY(gslot_end(x, gi++, l + 1, e));
+      void *t = dy;
       dy = dx;
       dx = t;
     }
@@ -699,14 +655,14 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   // gradient. Tied, the head's copy-out wrote its first contribution there
   // (wait for it); untied, the store starts from zero.
   eng_worker_drain(&x->copy_out);
-  atomic_fetch_add(&x->dev->bytes_out, x->bnd_floats * sizeof(float));
   if (lo->lm_head.numel) memset(m->shards[0].g, 0, m->shards[0].numel * sizeof(float)); // fp32 always
-  eng_k_embed_bwd(m->shards[0].g, dy, ids, B * T, d);
+  STEP_TRY(x->ops->embed_bwd(x, dy, ids, e));
   if (x->spills) {
     int rc = x->p.spill->act_drop(x->p.spill->ctx, x->runs, e);
     if (rc) return rc;
   }
   x->sumsq[0] = eng_k_sumsq(m->shards[0].g, m->shards[0].numel);
+  STEP_TRY(x->ops->end(x, res, 1, e));
   armed_finish(x, 1);
   res->t_bwd = now() - t2;
 

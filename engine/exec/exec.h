@@ -4,7 +4,10 @@
 // and one micro-batch of workspace. Weights stream in on the copy-in worker
 // while compute runs; gradients stream out on the copy-out worker with their
 // squared norms; updates run per shard on the optimizer worker, and the next
-// step's copy of shard s waits only for shard s's update.
+// step's copy of shard s waits only for shard s's update. The control flow
+// is the same on every backend; how a backend computes (the cpu kernels in
+// fp32, or the cuda kernels with bf16 storage) is in exec_cpu.c and
+// exec_cuda.c behind the table of exec_impl.h.
 #ifndef ENG_EXEC_EXEC_H
 #define ENG_EXEC_EXEC_H
 
@@ -31,6 +34,12 @@ typedef struct eng_exec_policy {
   // per layer whether it keeps its inner activations. NULL: the uniform policy.
   const eng_place *place;
   const uint8_t *keep;
+  // The device the arena is laid out for: the cpu backend computes in fp32
+  // on host memory; the cuda backend (cuda != 0) streams bf16 weights, keeps
+  // bf16 activations, accumulates weight gradients in fp32 and finishes them
+  // on the device into what the host store holds (bf16 when grad_bf16).
+  int cuda;
+  int grad_bf16;
 } eng_exec_policy;
 
 // Parameters of one update round, applied shard by shard.
@@ -43,8 +52,10 @@ typedef struct eng_exec_update {
 typedef struct eng_exec_result {
   double loss_sum;       // Σ cross-entropy over counted tokens
   int64_t count;         // counted tokens
-  double grad_sumsq;     // Σ g² over the whole model (valid after a backward)
-  double t_fwd, t_loss, t_bwd, t_wait;
+  double grad_sumsq;     // Σ g² over the whole model (valid after a backward); on
+                         // the cuda backend over the gradients as stored (bf16)
+  double t_fwd, t_loss, t_bwd, t_wait; // on the cuda backend, the time to queue each
+                         // phase: the run waits for the GPU at its end (in t_bwd)
   size_t host_act, store_act; // boundary bytes this run kept in host memory / the store
 } eng_exec_result;
 
@@ -61,12 +72,17 @@ int eng_exec_tiers_of(const eng_config *c, const eng_exec_policy *p, eng_exec_ti
 typedef struct eng_exec eng_exec;
 
 // Reserves the arena (refusing a cap that is too small) and starts workers.
+// p->cuda must match dev (a cuda device computes off the host); on the cuda
+// backend the model must hold bf16 working copies (eng_model_opts.work_bf16),
+// and the working copies and the gradient store are page-locked until close.
 int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_policy *p, eng_err *e);
 
 // Forward (and backward when backward != 0) over one batch: ids/labels are
-// [batch][seq_len]; logits, when not NULL, receives [batch][seq_len][vocab].
-// After a backward the model's gradient store holds the batch's gradients.
-// Polls *cancel once per layer (ENG_ECANCEL).
+// [batch][seq_len]; logits, when not NULL, receives [batch][seq_len][vocab]
+// (the cpu backend only: ENG_ENOTSUP on the cuda backend). After a backward
+// the model's gradient store holds the batch's gradients. Polls *cancel once
+// per layer (ENG_ECANCEL). On the cuda backend, call it from one thread at a
+// time (that thread launches the kernels).
 int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int backward,
                  float *logits, volatile int *cancel, eng_exec_result *res, eng_err *e);
 

@@ -1,0 +1,193 @@
+// How the cpu backend computes the executor's step (exec_impl.h): the fp32
+// kernels of kernels/cpu on the host arena. The arena is host memory, so a
+// copy inside it is memcpy, the store and the embedding's backward read it in
+// place, and a gradient slot narrows to the store's dtype as it is copied out.
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bf16.h"
+#include "exec/exec_impl.h"
+#include "exec/layer.h"
+#include "kernels/kernels.h"
+
+typedef struct cpu_state {
+  eng_layer_acts *acts;      // by exec_acts_index, bound where x->acts_at says
+  eng_layer_scratch scratch;
+} cpu_state;
+
+static int cpu_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e) {
+  (void)e;
+  const int mb = p->batch / p->micro_batches, T = p->seq_len;
+  *z = (exec_sizes){.align = 64,
+                    .weight = sizeof(float),
+                    .act = sizeof(float),
+                    .acts = eng_layer_acts_floats(c, mb, T) * sizeof(float),
+                    .scratch = eng_layer_scratch_floats(c, mb, T) * sizeof(float),
+                    .head_scratch = eng_k_head_loss_scratch_floats(c->vocab) * sizeof(float)};
+  return 0;
+}
+
+static int cpu_open(eng_exec *x, eng_err *e) {
+  const eng_config *c = &x->m->cfg;
+  const size_t n_acts = 1 + (size_t)x->L * x->p.micro_batches;
+  cpu_state *s = calloc(1, sizeof *s);
+  if (s) s->acts = calloc(n_acts, sizeof *s->acts);
+  if (!s || !s->acts) {
+    free(s);
+    return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's activation table");
+  }
+  x->be = s;
+  for (size_t k = 0; k < n_acts; k++)
+    if (x->acts_at[k]) eng_layer_acts_bind(&s->acts[k], x->acts_at[k], c, x->mb, x->p.seq_len);
+  eng_layer_scratch_bind(&s->scratch, x->scratch_buf, c, x->mb, x->p.seq_len);
+  return 0;
+}
+
+static void cpu_close(eng_exec *x) {
+  cpu_state *s = x->be;
+  if (s) free(s->acts);
+  free(s);
+  x->be = NULL;
+}
+
+static int cpu_host_alloc(eng_exec *x, void **p, size_t bytes, eng_err *e) {
+  (void)x;
+  *p = NULL;
+  if (posix_memalign(p, 64, bytes ? bytes : 64))
+    return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes of host memory", bytes);
+  return 0;
+}
+
+static void cpu_weights_in(eng_exec *x, int slot, void *dst, const void *src, size_t bytes) {
+  (void)slot;
+  x->dev->ops->copy_in(x->dev, dst, src, bytes);
+}
+
+// Compute is synchronous: a released slot is free at once.
+static void cpu_slot_free(eng_exec *x, int slot) { (void)x, (void)slot; }
+
+// Writes n gradient values of the slot into a shard's store at element off.
+static void grad_store(eng_exec *x, eng_shard *sh, size_t off, const float *src, size_t n) {
+  if (sh->g_bf16) {
+    // The device narrows; only bf16 crosses (on the cpu, the conversion is the copy).
+    eng_bf16_from_f32_n((uint16_t *)sh->g + off, src, n, ENG_ISA_AUTO);
+    atomic_fetch_add(&x->dev->bytes_out, n * sizeof(uint16_t));
+  } else {
+    x->dev->ops->copy_out(x->dev, (float *)sh->g + off, src, n * sizeof(float));
+  }
+}
+
+static void cpu_grad_out(eng_exec *x, int slot, int shard) {
+  eng_model *m = x->m;
+  const eng_layout *lo = &m->lo;
+  const int head = lo->n_layers + 1;
+  const float *src = x->gslot[slot];
+  size_t n;
+  if (shard == head) {
+    eng_shard *hs = &m->shards[head];
+    grad_store(x, hs, lo->final_norm.off, src, lo->final_norm.numel);
+    // Tied: the head's gradient is the first contribution to the embedding's.
+    if (lo->lm_head.numel) grad_store(x, hs, lo->lm_head.off, src + lo->final_norm.numel, lo->embed.numel);
+    else grad_store(x, &m->shards[0], 0, src + lo->final_norm.numel, lo->embed.numel);
+    n = lo->final_norm.numel + lo->lm_head.numel;
+  } else {
+    n = m->shards[shard].numel;
+    grad_store(x, &m->shards[shard], 0, src, n);
+  }
+  // The norm of what the device accumulated (fp32), as a GPU reduces it on the fly.
+  x->sumsq[shard] = eng_k_sumsq(src, n);
+}
+
+// A gather from the host table straight into the arena.
+static int cpu_begin(eng_exec *x, const int32_t *ids, eng_err *e) {
+  (void)e;
+  eng_k_embed_fwd(x->xa, x->m->shards[0].w, ids, x->p.batch * x->p.seq_len, x->m->cfg.d_model);
+  atomic_fetch_add(&x->dev->bytes_in, x->bnd_bytes);
+  return 0;
+}
+
+static int cpu_copy(eng_exec *x, void *dst, const void *src, size_t bytes, eng_err *e) {
+  (void)x, (void)e;
+  memcpy(dst, src, bytes);
+  return 0;
+}
+
+static int cpu_layer_fwd(eng_exec *x, const void *w, const void *in, void *out, int acts, eng_err *e) {
+  (void)e;
+  cpu_state *s = x->be;
+  eng_layer_fwd(&x->m->cfg, &x->m->lo, w, in, out, x->mb, x->p.seq_len, &s->acts[acts]);
+  return 0;
+}
+
+static int cpu_layer_bwd(eng_exec *x, const void *w, float *g, const void *in, int acts, const void *dy, void *dx,
+                         eng_err *e) {
+  (void)e;
+  cpu_state *s = x->be;
+  eng_layer_bwd(&x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, x->mb, x->p.seq_len, &s->scratch);
+  return 0;
+}
+
+static int cpu_head(eng_exec *x, const void *w, float *g, const void *xl, void *dx, int i, float *logits,
+                    float scale, double *loss_sum, eng_err *e) {
+  (void)e;
+  const eng_config *c = &x->m->cfg;
+  const eng_layout *lo = &x->m->lo;
+  const int d = c->d_model, V = c->vocab, mbn = x->mb * x->p.seq_len;
+  const float *fnorm = w, *wmat = fnorm + lo->final_norm.numel;
+  eng_k_rmsnorm_fwd(x->h_xn, x->h_rstd, xl, fnorm, mbn, d, c->rms_eps);
+  float *lg = logits ? logits + (size_t)i * mbn * V : NULL;
+  *loss_sum += eng_k_head_loss(g ? x->h_dxn : NULL, g ? g + lo->final_norm.numel : NULL, lg, x->h_xn, wmat,
+                               x->targets + (size_t)i * mbn, mbn, d, V, scale, x->h_scratch);
+  if (g) eng_k_rmsnorm_bwd(dx, g, x->h_dxn, xl, fnorm, x->h_rstd, mbn, d, 0);
+  return 0;
+}
+
+static int cpu_grad_zero(eng_exec *x, int slot, size_t floats, eng_err *e) {
+  (void)e;
+  memset(x->gslot[slot], 0, floats * sizeof(float));
+  return 0;
+}
+
+// The copy-out narrows (grad_store): nothing to do before it.
+static int cpu_grad_finish(eng_exec *x, int slot, int shard, eng_err *e) {
+  (void)x, (void)slot, (void)shard, (void)e;
+  return 0;
+}
+
+static int cpu_embed_bwd(eng_exec *x, const void *dy, const int32_t *ids, eng_err *e) {
+  (void)e;
+  atomic_fetch_add(&x->dev->bytes_out, x->bnd_bytes);
+  eng_k_embed_bwd(x->m->shards[0].g, dy, ids, x->p.batch * x->p.seq_len, x->m->cfg.d_model);
+  return 0;
+}
+
+// Everything ran where it was called: results are in place, nothing to wait for.
+static int cpu_end(eng_exec *x, eng_exec_result *res, int backward, eng_err *e) {
+  (void)x, (void)res, (void)backward, (void)e;
+  return 0;
+}
+
+static void cpu_abort(eng_exec *x) { (void)x; }
+
+const exec_ops eng_exec_cpu_ops = {
+    .logits = 1,
+    .sizes = cpu_sizes,
+    .open = cpu_open,
+    .close = cpu_close,
+    .host_alloc = cpu_host_alloc,
+    .host_free = free,
+    .weights_in = cpu_weights_in,
+    .slot_free = cpu_slot_free,
+    .grad_out = cpu_grad_out,
+    .begin = cpu_begin,
+    .copy = cpu_copy,
+    .layer_fwd = cpu_layer_fwd,
+    .layer_bwd = cpu_layer_bwd,
+    .head = cpu_head,
+    .grad_zero = cpu_grad_zero,
+    .grad_finish = cpu_grad_finish,
+    .embed_bwd = cpu_embed_bwd,
+    .end = cpu_end,
+    .abort = cpu_abort,
+};
