@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "backend/cuda.h"
 #include "data/data.h"
 #include "exec/exec.h"
 #include "model/hf_io.h"
@@ -52,6 +53,7 @@ void eng_spec_defaults(eng_spec *s) {
   s->clip = 1.0f;
   s->warmup_steps = 0;
   s->total_steps = 0;
+  s->device_gpu = -1;
   s->device_cap = (size_t)1 << 30;
   s->ckpt_every = 1;
   s->ckpt_place = ENG_PLACE_DEVICE;
@@ -70,6 +72,7 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
   if (!(s->weight_decay >= 0)) BAD("weight_decay must be non-negative");
   if (!(s->clip >= 0)) BAD("clip must be non-negative (0 turns clipping off)");
   if (s->warmup_steps < 0 || s->total_steps < 0) BAD("warmup_steps and total_steps must be non-negative");
+  if (s->device_gpu < -1) BAD("device_gpu must be -1 (the cpu backend) or a GPU index (got %d)", s->device_gpu);
   if (s->ckpt_every < 0) BAD("ckpt_every must be non-negative");
   if (s->ckpt_place < ENG_PLACE_DEVICE || s->ckpt_place > ENG_PLACE_STORE) BAD("unknown ckpt_place %d", s->ckpt_place);
   if (s->ckpt_place == ENG_PLACE_STORE && (!s->spill || !s->spill->act_put || !s->spill->act_get || !s->spill->act_drop))
@@ -105,7 +108,18 @@ static eng_exec_policy spec_policy(const eng_spec *s) {
                            .keep_acts = s->keep_acts,
                            .opt_thread = s->opt_thread,
                            .place = s->plan_place,
-                           .keep = s->plan_keep};
+                           .keep = s->plan_keep,
+                           .cuda = s->device_gpu >= 0,
+                           .grad_bf16 = s->grad_dtype == ENG_GRAD_BF16};
+}
+
+// The executor's arena for the spec; a device problem names the field.
+static int spec_tiers(const eng_spec *s, const eng_config *cfg, eng_exec_tiers *t, eng_err *e) {
+  eng_exec_policy pol = spec_policy(s);
+  int rc = eng_exec_tiers_of(cfg, &pol, t, e);
+  if (rc == ENG_EDEVICE || (rc == ENG_ENOTSUP && s->device_gpu >= 0))
+    eng_err_prefix(e, "spec: device_gpu %d: ", s->device_gpu);
+  return rc;
 }
 
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
@@ -113,11 +127,25 @@ int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
   int rc = spec_validate(spec, e);
   if (!rc) rc = spec_config(spec, &cfg, e);
   if (rc) return rc;
-  eng_exec_policy pol = spec_policy(spec);
   eng_exec_tiers t;
-  if ((rc = eng_exec_tiers_of(&cfg, &pol, &t, e))) return rc;
+  if ((rc = spec_tiers(spec, &cfg, &t, e))) return rc;
   *bytes = t.device;
   return 0;
+}
+
+int eng_gpu_count(eng_err *e) { return eng_dev_cuda_count(e); }
+
+int eng_gpu_describe(int index, eng_gpu_info *info, eng_err *e) {
+  memset(info, 0, sizeof *info);
+  return eng_dev_cuda_describe(index, info->name, sizeof info->name, &info->memory_bytes, e);
+}
+
+// The spec's device: the cpu backend, or the GPU it names.
+static int spec_dev_open(const eng_spec *s, eng_dev **dev, eng_err *e) {
+  if (s->device_gpu < 0) return eng_dev_open_cpu(dev, s->device_cap, e);
+  int rc = eng_dev_open_cuda(dev, s->device_gpu, s->device_cap, e);
+  if (rc) eng_err_prefix(e, "spec: device_gpu %d: ", s->device_gpu);
+  return rc;
 }
 
 int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
@@ -126,12 +154,13 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   if (!rc) rc = spec_config(spec, &cfg, e);
   if (rc) return rc;
 
-  // Refuse a cap that cannot hold the step before any model memory exists.
+  // Refuse a cap that cannot hold the step before any model memory exists
+  // (a GPU's cap of 0, all it has free, is known once it is open).
   eng_exec_policy pol = spec_policy(spec);
   eng_exec_tiers tiers;
-  if ((rc = eng_exec_tiers_of(&cfg, &pol, &tiers, e))) return rc;
+  if ((rc = spec_tiers(spec, &cfg, &tiers, e))) return rc;
   size_t need = tiers.device;
-  if (need > spec->device_cap)
+  if ((spec->device_gpu < 0 || spec->device_cap) && need > spec->device_cap)
     return eng_err_set(e, ENG_ECAP,
                        "device cap of %zu bytes is too small: two layer slots, two gradient slots, "
                        "the boundary activations and one micro-batch of %d sequences need %zu bytes "
@@ -157,10 +186,13 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
     rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate the batch buffers");
     goto fail;
   }
+  // The device first: a missing GPU fails before the model takes host memory.
+  if ((rc = spec_dev_open(spec, &r->dev, e))) goto fail;
   eng_model_opts mo = {.grad_bf16 = spec->grad_dtype == ENG_GRAD_BF16,
                        .opt_fp32 = spec->optimizer == ENG_OPT_ADAMW,
                        .opt_min_quant = spec->opt_min_quant,
-                       .opt_fp32_embed_head = spec->opt_fp32_embed_head};
+                       .opt_fp32_embed_head = spec->opt_fp32_embed_head,
+                       .work_bf16 = pol.cuda};
   if ((rc = eng_model_alloc(&r->model, &cfg, &mo, e))) goto fail;
   if (spec->model_dir) {
     float *ws[r->model.lo.n_shards];
@@ -169,13 +201,13 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   } else {
     eng_model_init_random(&r->model, spec->seed);
   }
+  eng_model_work_refresh(&r->model);
   if (spec->train_path &&
       (rc = eng_data_open(&r->train, spec->train_path, spec->seq_len, cfg.vocab, spec->seed, 1, e)))
     goto fail;
   if (spec->eval_path &&
       (rc = eng_data_open(&r->eval, spec->eval_path, spec->seq_len, cfg.vocab, spec->seed, 0, e)))
     goto fail;
-  if ((rc = eng_dev_open_cpu(&r->dev, spec->device_cap, e))) goto fail;
   if ((rc = eng_exec_open(&r->exec, &r->model, r->dev, &pol, e))) goto fail;
   *out = r;
   return 0;
@@ -434,6 +466,7 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
     }
   }
   if (rc) return rc;
+  eng_model_work_refresh(&r->model); // what streams must be what was loaded
   r->step = mt[META_STEP];
   r->updates = mt[META_UPDATES];
   r->nonfinite_streak = (int)mt[META_STREAK];

@@ -79,8 +79,15 @@ typedef struct eng_spec {
   float clip;             // global-norm clip (0 = off)
   int warmup_steps, total_steps;
 
+  // The device: -1 (the default) for the cpu backend, else the index of the
+  // CUDA device to train on (eng_gpu_count). A GPU streams bf16 working
+  // copies of the weights, keeps bf16 activations and runs the updates on the
+  // optimizer thread; it needs a build with CUDA (ENG_EDEVICE otherwise).
+  int device_gpu;
+
   // Streaming policy until the planner exists (DESIGN §2).
-  size_t device_cap;      // bytes of device arena allowed
+  size_t device_cap;      // bytes of device arena allowed; on a GPU, 0 allows all
+                          // the memory it has free (less a margin for its libraries)
   int ckpt_every;         // boundary checkpoint every k layers (0: only the first)
   eng_place ckpt_place;
   const eng_store *spill;   // where ENG_PLACE_STORE puts checkpoints (must have act_*)
@@ -102,13 +109,13 @@ typedef struct eng_spec {
 
 typedef struct eng_run eng_run;
 
-// Fills a spec with defaults: 8-bit AdamW with a bf16 gradient store, lr
-// 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1.0 (not
-// lagged), ckpt_every 1 on the device, 1 micro-batch, cap 1 GiB.
+// Fills a spec with defaults: the cpu backend, 8-bit AdamW with a bf16
+// gradient store, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
+// clip 1.0 (not lagged), ckpt_every 1 on the device, 1 micro-batch, cap 1 GiB.
 void eng_spec_defaults(eng_spec *s);
 
 // Device-arena bytes the spec needs (model config read from model_dir when
-// set), without allocating anything.
+// set), without allocating anything or touching a GPU.
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e);
 
 // Validates the spec, loads or initialises the model, plans the arena
@@ -131,6 +138,17 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e);
 int eng_load(eng_run *r, const eng_store *st, eng_err *e);
 // Writes the model as a Hugging Face directory (fp32, or bf16 when bf16 != 0).
 int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e);
+
+// ---- GPUs -------------------------------------------------------------------
+// The CUDA devices spec.device_gpu may name: their count, or a negative
+// ENG_EDEVICE with the reason (this build has no CUDA backend, no driver, no
+// device) in e. Neither function takes GPU memory.
+int eng_gpu_count(eng_err *e);
+typedef struct eng_gpu_info {
+  char name[96];         // as the driver names it, e.g. "NVIDIA H200"
+  size_t memory_bytes;   // the board's memory
+} eng_gpu_info;
+int eng_gpu_describe(int index, eng_gpu_info *info, eng_err *e);
 
 int64_t eng_steps_done(const eng_run *r);
 const eng_config *eng_run_config(const eng_run *r);

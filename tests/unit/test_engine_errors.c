@@ -1,5 +1,6 @@
 // Bad input to the engine's API gets a clear error naming what is wrong, never
-// a crash: spec fields, model directories, token ids outside the vocabulary.
+// a crash: spec fields, the device, model directories, token ids outside the
+// vocabulary.
 #define _XOPEN_SOURCE 700
 #include <string.h>
 
@@ -51,6 +52,26 @@ int main(void) {
   expect(&s, ENG_ECAP, "bytes");
   s = base, s.train_path = tmp_path("missing.txt");
   expect(&s, ENG_EIO, "missing.txt");
+
+  // A GPU the engine cannot train on (no CUDA in this build, no driver, or an
+  // index past the GPUs there are) is refused naming the field; sizing a GPU
+  // spec needs no GPU, only the cuda backend in the build.
+  eng_err ge = {0};
+  int gpus = eng_gpu_count(&ge);
+  s = base, s.device_gpu = gpus > 0 ? gpus : 0;
+  expect(&s, gpus > 0 ? ENG_EINVAL : ENG_EDEVICE, "device_gpu");
+  s = base, s.device_gpu = -2;
+  expect(&s, ENG_EINVAL, "device_gpu");
+  size_t gpu_bytes;
+  s = base, s.device_gpu = 0;
+#ifdef TRAIND_HAVE_CUDA
+  CHECK_OK(eng_spec_device_bytes(&s, &gpu_bytes, &ge), &ge);
+  printf("a GPU spec needs %zu bytes of arena\n", gpu_bytes);
+#else
+  CHECK(eng_spec_device_bytes(&s, &gpu_bytes, &ge) == ENG_EDEVICE && strstr(ge.msg, "device_gpu"),
+        "sizing a GPU spec without CUDA: %s", ge.msg);
+  printf("refused: %s\n", ge.msg);
+#endif
 
   // A model directory without config.json, and one naming an unknown architecture.
   s = base, s.model_dir = tmp_root;
