@@ -14,8 +14,8 @@
 
 enum { MAX_GPUS = 16 };
 
-// GPUs as the NVIDIA driver lists them, without CUDA: the daemon reports
-// them even though this build's engine cannot run on them yet.
+// GPUs as the NVIDIA driver lists them, without CUDA: reported (not usable)
+// when the engine cannot run on them (no CUDA in this build, no driver).
 static int gpus_find(char names[][160], int cap) {
   DIR *dir = opendir("/proc/driver/nvidia/gpus");
   if (!dir) return 0;
@@ -41,6 +41,18 @@ static int gpus_find(char names[][160], int cap) {
   return n;
 }
 
+// GPUs as CUDA numbers them, the numbers spec.device.gpu takes.
+static int gpus_cuda(int n, char names[][160], int64_t *mem) {
+  for (int i = 0; i < n; i++) {
+    eng_err e = {0};
+    eng_gpu_info info;
+    if (eng_gpu_describe(i, &info, &e)) snprintf(names[i], 160, "CUDA device %d (%.120s)", i, e.msg);
+    else snprintf(names[i], 160, "%s", info.name);
+    mem[i] = (int64_t)info.memory_bytes;
+  }
+  return n;
+}
+
 void api_node(srv_call *c, ProtobufCMessage *req) {
   traind *d = srv_call_data(c);
   val_err e;
@@ -59,11 +71,16 @@ void api_node(srv_call *c, ProtobufCMessage *req) {
   node.running = running != NULL;
   node.n_data_roots = (size_t)d->cfg.n_roots;
   node.data_roots = d->cfg.roots;
-  node.engine_note = "this build's engine runs jobs on the cpu backend only";
 
   T(Device) devs[1 + MAX_GPUS], *ptrs[1 + MAX_GPUS];
-  char gpu_names[MAX_GPUS][160], gpu_ids[MAX_GPUS][16];
-  int ng = gpus_find(gpu_names, MAX_GPUS);
+  char gpu_names[MAX_GPUS][160], gpu_ids[MAX_GPUS][16], note[600];
+  int64_t gpu_mem[MAX_GPUS] = {0};
+  eng_err ge = {0};
+  int nc = eng_gpu_count(&ge);
+  int ng = nc < 0 ? gpus_find(gpu_names, MAX_GPUS) : gpus_cuda(nc < MAX_GPUS ? nc : MAX_GPUS, gpu_names, gpu_mem);
+  if (nc < 0) snprintf(note, sizeof note, "this build's engine runs jobs on the cpu backend only: %s", ge.msg);
+  else snprintf(note, sizeof note, "jobs run on the cpu backend or on a GPU listed here (spec.device.gpu)");
+  node.engine_note = note;
   traind__v1__device__init(&devs[0]);
   devs[0].name = "cpu";
   devs[0].usable = 1;
@@ -74,8 +91,9 @@ void api_node(srv_call *c, ProtobufCMessage *req) {
     traind__v1__device__init(&devs[1 + i]);
     snprintf(gpu_ids[i], sizeof gpu_ids[i], "gpu:%d", i);
     devs[1 + i].name = gpu_ids[i];
-    devs[1 + i].usable = 0;
+    devs[1 + i].usable = nc > 0;
     devs[1 + i].description = gpu_names[i];
+    devs[1 + i].memory_bytes = gpu_mem[i];
   }
   for (int i = 0; i <= ng; i++) ptrs[i] = &devs[i];
   node.n_devices = (size_t)(1 + ng);

@@ -118,14 +118,31 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
   p->ckpt_keep = ck && ck->keep ? ck->keep : d->ckpt_keep;
 
   const T(DeviceSpec) *dv = s->device;
-  g->device_cap = (size_t)(dv && dv->memory_bytes ? dv->memory_bytes : d->cpu_memory_bytes);
+  const int gpu = dv && dv->target_case == K(DEVICE_SPEC__TARGET_GPU);
+  // A GPU's default cap is all it has free (the engine's 0).
+  g->device_cap = (size_t)(dv && dv->memory_bytes ? dv->memory_bytes : gpu ? 0 : d->cpu_memory_bytes);
   g->ckpt_every = dv && dv->recompute_every ? dv->recompute_every : 1;
   g->ckpt_place = !dv                                                       ? ENG_PLACE_DEVICE
                   : dv->boundaries == K(PLACEMENT__PLACEMENT_HOST)  ? ENG_PLACE_HOST
                   : dv->boundaries == K(PLACEMENT__PLACEMENT_STORE) ? ENG_PLACE_STORE
                                                                     : ENG_PLACE_DEVICE;
-  if (dv && dv->target_case == K(DEVICE_SPEC__TARGET_GPU))
-    return fail(e, GRPC_STATUS_FAILED_PRECONDITION, "spec.device.gpu", "this build's engine has no GPU backend; use cpu");
+  if (gpu) {
+    // Refused up front where the engine cannot open it: no CUDA in this
+    // build, no driver, no such device.
+    eng_err ge = {0};
+    int n = eng_gpu_count(&ge);
+    char msg[600];
+    if (n < 0) snprintf(msg, sizeof msg, "%s; use cpu", ge.msg);
+    else snprintf(msg, sizeof msg, "gpu %d does not exist: this machine has %d usable GPU%s", dv->gpu, n,
+                  n == 1 ? "" : "s");
+    if (n < 0 || dv->gpu >= n) return fail(e, GRPC_STATUS_FAILED_PRECONDITION, "spec.device.gpu", msg);
+    // The planner's profile is calibrated on the cpu backend (planning.c).
+    if (dv->plan)
+      return fail(e, GRPC_STATUS_FAILED_PRECONDITION, "spec.device.plan",
+                  "the planner's device profile is the cpu backend's; a GPU job takes the uniform policy "
+                  "(recompute_every, boundaries)");
+    g->device_gpu = dv->gpu;
+  }
 
   // A planned job's policy is the planner's, which refuses what cannot fit
   // (naming the budget) when the job is planned.
@@ -141,7 +158,7 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
     snprintf(e->msg, sizeof e->msg, "%s%s", strncmp(ee.msg, "spec", 4) ? "spec: " : "", ee.msg);
     return -1;
   }
-  if (need > g->device_cap && !p->use_planner) {
+  if (need > g->device_cap && !p->use_planner && !(gpu && !g->device_cap)) {
     char msg[256];
     snprintf(msg, sizeof msg, "the job needs %zu bytes of device arena and the cap is %zu", need, g->device_cap);
     return fail(e, GRPC_STATUS_INVALID_ARGUMENT, "spec.device.memory_bytes", msg);
