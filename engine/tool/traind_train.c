@@ -36,7 +36,9 @@ static void usage(FILE *f) {
           "                      during the backward; changes the semantics of clipping)\n"
           "  --opt-thread        run updates on their own thread beside compute\n"
           "streaming:\n"
-          "  --cap MIB           device arena cap in MiB (default 1024)\n"
+          "  --gpu N             train on CUDA device N (default: the cpu backend)\n"
+          "  --cap MIB           device arena cap in MiB (default 1024; on a GPU, 0\n"
+          "                      is all the memory it has free)\n"
           "  --ckpt-every K      boundary checkpoint every K layers (0: only the first)\n"
           "  --ckpt-host         keep boundary checkpoints in host memory\n"
           "  --keep-acts         keep every layer's activations on the device (no recompute)\n"
@@ -98,7 +100,7 @@ int main(int argc, char **argv) {
   enum { O_MODEL = 256, O_PRESET, O_ARCH, O_VOCAB, O_D, O_LAYERS, O_HEADS, O_KV, O_HD, O_FFN, O_TIE,
          O_DATA, O_EVAL, O_EVAL_EVERY, O_SEQ, O_BATCH, O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP,
          O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
-         O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_HELP };
+         O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
       {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
@@ -112,6 +114,7 @@ int main(int argc, char **argv) {
       {"save-every", 1, 0, O_SAVE_EVERY}, {"resume", 0, 0, O_RESUME}, {"export", 1, 0, O_EXPORT},
       {"quiet", 0, 0, O_QUIET}, {"keep-acts", 0, 0, O_KEEP}, {"optim", 1, 0, O_OPTIM},
       {"grad-fp32", 0, 0, O_GRAD32}, {"clip-lagged", 0, 0, O_LAGGED}, {"opt-thread", 0, 0, O_OPT_THREAD},
+      {"gpu", 1, 0, O_GPU},
       {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -173,6 +176,7 @@ int main(int argc, char **argv) {
     case O_GRAD32: s.grad_dtype = ENG_GRAD_F32; break;
     case O_LAGGED: s.clip_lagged = 1; break;
     case O_OPT_THREAD: s.opt_thread = 1; break;
+    case O_GPU: s.device_gpu = atoi(optarg); break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;
