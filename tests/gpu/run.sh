@@ -5,8 +5,11 @@
 # 2. configures and builds the engine-only CUDA project (tests/gpu/CMakeLists.txt:
 #    the CUDA toolkit, a C compiler and libc, nothing else) in build-gpu-only/;
 # 3. runs the GPU tests: kernel parity against the cpu kernels and references
-#    (test_gpu_kernels), the backend contract (test_gpu_backend) and one full
-#    training step against the transformers fixtures (test_gpu_step);
+#    (test_gpu_kernels), the backend contract (test_gpu_backend), one full
+#    training step against the transformers fixtures (test_gpu_step) and,
+#    where the engine library could be built (it needs OpenBLAS and jansson,
+#    which the GPU machine may lack; the build says which), training through
+#    the engine's API against the cpu backend (test_gpu_engine);
 # 4. runs the 7B-shaped streaming benchmark (bench_gpu).
 # With $OUT set, the whole log goes to $OUT/run.log and the benchmark's figures
 # to $OUT/bench_gpu.json. Exit status: 0 when everything passed, 77 when there
@@ -77,6 +80,14 @@ run() { # name, timeout in seconds, command...
 run test_gpu_backend 60 "$BUILD/test_gpu_backend"
 run test_gpu_kernels 90 "$BUILD/test_gpu_kernels"
 run test_gpu_step 60 "$BUILD/test_gpu_step"
+if [ -x "$BUILD/test_gpu_engine" ]; then
+  run test_gpu_engine 120 "$BUILD/test_gpu_engine"
+else
+  section test_gpu_engine
+  grep -h 'test_gpu_engine: not built' "$BUILD/configure.log" ||
+    echo "test_gpu_engine: not built in $BUILD"
+  echo "-- test_gpu_engine: not run here; the full build runs it (ctest -L gpu)"
+fi
 run bench_gpu 150 "$BUILD/bench_gpu"
 
 section "summary"
