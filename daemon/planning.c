@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <uv.h>
 
 #include "plan/cost.h"
@@ -62,33 +61,11 @@ void planning_close(planning *p) {
   free(p);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-// The spill path as the executor uses it: activation puts made durable by a
-// flush, then gets, through the daemon's own store.
+// The spill tier as the executor uses it, measured once.
 static int nvme_probe(planning *p, eng_err *e) {
   if (p->nvme_read > 0) return 0;
-  char *buf = malloc(NVME_PROBE_BYTES);
-  if (!buf) return eng_err_set(e, ENG_ENOMEM, "calibration: cannot allocate %d bytes", NVME_PROBE_BYTES);
-  for (size_t i = 0; i < NVME_PROBE_BYTES; i++) buf[i] = (char)(i * 131);
-  static const char job[] = "calibration";
-  double t0 = now_s();
-  int rc = store_act_put(p->st, job, 0, 0, 0, buf, NVME_PROBE_BYTES, e);
-  if (!rc) rc = store_act_flush(p->st, e);
-  double t1 = now_s();
-  if (!rc) rc = store_act_get(p->st, job, 0, 0, 0, buf, NVME_PROBE_BYTES, e);
-  double t2 = now_s();
-  eng_err ignored;
-  store_act_drop(p->st, job, 0, &ignored);
-  free(buf);
-  if (rc) return eng_err_prefix(e, "calibration of the spill store: ");
-  p->nvme_write = NVME_PROBE_BYTES / (t1 - t0);
-  p->nvme_read = NVME_PROBE_BYTES / (t2 - t1);
-  return 0;
+  int rc = store_act_probe(p->st, NVME_PROBE_BYTES, &p->nvme_read, &p->nvme_write, e);
+  return rc ? eng_err_prefix(e, "calibration of the spill store: ") : 0;
 }
 
 // This machine's profile at the spec's shapes (under p->mu).

@@ -146,6 +146,10 @@ int store_act_drop(store *s, const char *job, int64_t step, eng_err *e);
 // Flushes the act family and waits: every spilled value is then in a synced
 // blob file (what a measurement of the spill tier's write rate needs).
 int store_act_flush(store *s, eng_err *e);
+// The spill tier's rates as the executor sees them (for the planner's
+// profile): `bytes` put and flushed, then got back, under a job of its own
+// that is dropped after; bytes per second each way.
+int store_act_probe(store *s, size_t bytes, double *read_bps, double *write_bps, eng_err *e);
 
 // ---- usage ----------------------------------------------------------------------
 typedef struct store_usage {
