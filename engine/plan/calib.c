@@ -113,9 +113,11 @@ int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_
   if (mb < 1 || T < 1 || !(device_cap > 0) || !(max_seconds > 0))
     return eng_err_set(e, ENG_EINVAL, "calibration: micro-batch %d, sequence %d, device cap %.0f, %g s", mb, T,
                        device_cap, max_seconds);
-  // Every field this does not measure (the optional caps, the spill tier
-  // until eng_profile_set_nvme) starts at zero, never at what p held.
+  // The spill tier is storage's to measure and stays as p had it; every
+  // other field this does not measure (the optional caps) starts at zero.
+  const double nr = p->nvme_read, nw = p->nvme_write, nb = p->nvme_bytes;
   memset(p, 0, sizeof *p);
+  p->nvme_read = nr, p->nvme_write = nw, p->nvme_bytes = nb;
   // Nine slices of measuring plus a warm-up run of each: within the budget.
   const double slice = max_seconds / 12.0;
   int n1 = mb * T < MAX_ROWS ? mb * T : MAX_ROWS, n2 = n1 / 4 > 16 ? n1 / 4 : 16;

@@ -71,9 +71,9 @@ int eng_profile_validate(const eng_profile *p, const char *what, eng_err *e);
 // attention rates with the engine's cpu kernels, elementwise rate, memcpy
 // bandwidth (the cpu backend's copies), the fp32 AdamW pass. Takes at most
 // about max_seconds (<= 30 is the contract). Memory budgets: device_bytes =
-// device_cap, host_bytes = physical memory; every other field, the NVMe ones
-// included, is zero (set those with eng_profile_set_nvme from storage's
-// measurement).
+// device_cap, host_bytes = physical memory; the NVMe fields are left as p
+// had them (set them with eng_profile_set_nvme from storage's measurement),
+// every other field is zero.
 int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_cap,
                               double max_seconds, eng_profile *p, eng_err *e);
 
