@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The planner's plan run for real on the cpu backend against MegaTrain's
+# every-4-layers policy (issue 6): the demo-sized model under a device cap
+# that cannot hold every boundary on the device, both policies trained
+# alternately in one run after calibrating this machine; prints measured
+# step times beside the simulator's predictions and measured tier bytes
+# beside the predicted peaks. Last line: "plan_run: program's plan <x>x over
+# every-4 measured (<y>x predicted); step time predicted within <p>%".
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD_DIR=${BUILD_DIR:-build}
+STEPS=${STEPS:-6}
+BENCH="$BUILD_DIR/tests/bench_plan_run"
+if [ ! -x "$BENCH" ]; then
+  echo "plan_run.sh: $BENCH is missing: build first (cmake --build $BUILD_DIR)" >&2
+  exit 1
+fi
+echo "machine: $(nproc) threads, $(uptime | sed 's/.*load/load/')"
+exec "$BENCH" "$PWD" "$STEPS"
