@@ -25,6 +25,7 @@ void cfg_free(cfg *c) {
   free(c->tls_key);
   free(c->token_file);
   free(c->profile_file);
+  free(c->profile_override);
   for (int i = 0; i < c->n_roots; i++) free(c->roots[i]);
   memset(c, 0, sizeof *c);
 }
@@ -121,6 +122,7 @@ static int apply(cfg *c, const char *key, const char *v, char *err, size_t errle
                : !strcmp(key, "tls_key")     ? &c->tls_key
                : !strcmp(key, "token_file")  ? &c->token_file
                : !strcmp(key, "profile_file") ? &c->profile_file
+               : !strcmp(key, "profile_override") ? &c->profile_override
                                              : NULL;
   if (!str) {
     snprintf(err, errlen, "%s%s: unknown key", where, key);
@@ -206,7 +208,7 @@ int cfg_load(cfg *c, const char *path, const cfg *over, char *err, size_t errlen
   if (over) {
     const char *strs[][2] = {{"state_dir", over->state_dir}, {"socket", over->socket_path}, {"tcp", over->tcp},
                              {"tls_cert", over->tls_cert},   {"tls_key", over->tls_key},     {"token_file", over->token_file},
-                             {"profile_file", over->profile_file}};
+                             {"profile_file", over->profile_file}, {"profile_override", over->profile_override}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
       if (strs[i][1]) apply(c, strs[i][0], strs[i][1], err, errlen, "");
     if (over->n_roots > 0) {

@@ -286,8 +286,8 @@ static int start(traind *d) {
     log_err("storage: loading the jobs: %s", e.msg);
     return -1;
   }
-  if (planning_open(&d->planning, d->cfg.profile_file, d->st, d->cfg.state_dir, &e)) {
-    log_err("profile_file: %s", e.msg);
+  if (planning_open(&d->planning, d->cfg.profile_file, d->cfg.profile_override, d->st, d->cfg.state_dir, &e)) {
+    log_err("profile_file / profile_override: %s", e.msg);
     return -1;
   }
   log_info("loaded %zu jobs from %s", d->n_all, path);

@@ -1,8 +1,12 @@
 #include "planning.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "plan/cost.h"
@@ -10,45 +14,41 @@
 #include "plan/profile.h"
 #include "plan/sim.h"
 
-// A calibration is made at one job shape; jobs of the same shape reuse it.
-enum { CACHE_MAX = 16, NVME_PROBE_BYTES = 64 << 20 };
+enum { NVME_PROBE_BYTES = 64 << 20 };
 static const double CALIBRATE_SECONDS = 10;
 
-typedef struct shape {
-  eng_config c;
-  int batch, seq_len;
-  size_t cap;
-} shape;
-
 struct planning {
-  uv_mutex_t mu; // one calibration at a time; guards the cache
-  char *profile_file;
+  uv_mutex_t mu; // one calibration at a time
+  char *profile_file, *override_file;
   char *state_dir; // the spill store's filesystem, for its free space
   store *st;
   double nvme_read, nvme_write; // measured once, bytes/s
-  int n;
-  shape keys[CACHE_MAX];
-  eng_profile profiles[CACHE_MAX];
 };
 
-int planning_open(planning **out, const char *profile_file, store *st, const char *state_dir, eng_err *e) {
+int planning_open(planning **out, const char *profile_file, const char *override_file, store *st,
+                  const char *state_dir, eng_err *e) {
   planning *p = calloc(1, sizeof *p);
-  if (!p || !(p->state_dir = strdup(state_dir))) {
-    free(p);
-    return eng_err_set(e, ENG_ENOMEM, "cannot allocate the planner state");
-  }
-  if (profile_file) {
-    eng_profile check;
-    int rc = eng_profile_load(profile_file, &check, e);
-    if (!rc) rc = eng_profile_validate(&check, profile_file, e);
-    if (rc || !(p->profile_file = strdup(profile_file))) {
-      free(p->state_dir);
-      free(p);
-      return rc ? rc : eng_err_set(e, ENG_ENOMEM, "cannot allocate the planner state");
-    }
-  }
+  if (!p) return eng_err_set(e, ENG_ENOMEM, "cannot allocate the planner state");
   p->st = st;
   uv_mutex_init(&p->mu);
+  int rc = 0;
+  if (!(p->state_dir = strdup(state_dir)) || (profile_file && !(p->profile_file = strdup(profile_file))) ||
+      (override_file && !(p->override_file = strdup(override_file))))
+    rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate the planner state");
+  // Refuse a bad file at startup rather than at the first plan.
+  eng_profile check;
+  if (!rc && profile_file) {
+    rc = eng_profile_load(profile_file, &check, e);
+    if (!rc) rc = eng_profile_validate(&check, profile_file, e);
+  }
+  if (!rc && override_file) {
+    memset(&check, 0, sizeof check);
+    rc = eng_profile_merge_file(&check, override_file, e);
+  }
+  if (rc) {
+    planning_close(p);
+    return rc;
+  }
   *out = p;
   return 0;
 }
@@ -57,6 +57,7 @@ void planning_close(planning *p) {
   if (!p) return;
   uv_mutex_destroy(&p->mu);
   free(p->profile_file);
+  free(p->override_file);
   free(p->state_dir);
   free(p);
 }
@@ -69,32 +70,37 @@ static int nvme_probe(planning *p, eng_err *e) {
 }
 
 // This machine's profile at the spec's shapes (under p->mu).
+// This machine's profile at the spec's shapes (under p->mu): calibrated
+// the first time a shape is seen and stored in <state_dir>/profiles, so a
+// restart measures nothing again; then the override file's fields.
 static int profile_for(planning *p, const eng_spec *s, eng_profile *out, eng_err *e) {
-  if (p->profile_file) return eng_profile_load(p->profile_file, out, e);
-  shape k;
-  memset(&k, 0, sizeof k); // compared with memcmp: padding must be zero
-  k.c = s->config;
-  k.batch = s->batch;
-  k.seq_len = s->seq_len;
-  k.cap = s->device_cap;
-  for (int i = 0; i < p->n; i++)
-    if (!memcmp(&p->keys[i], &k, sizeof k)) {
-      *out = p->profiles[i];
-      return 0;
+  int rc;
+  if (p->profile_file) {
+    rc = eng_profile_load(p->profile_file, out, e);
+  } else {
+    const eng_config *c = &s->config;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/profiles/cpu-%s-v%d-d%d-l%d-h%d-kv%d-hd%d-ff%d-b%d-t%d-cap%zu.json", p->state_dir,
+             eng_arch_name(c->arch), c->vocab, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+             c->d_ff, s->batch, s->seq_len, s->device_cap);
+    if (access(path, R_OK) == 0) {
+      rc = eng_profile_load(path, out, e);
+    } else {
+      rc = nvme_probe(p, e);
+      if (!rc) rc = eng_profile_calibrate_cpu(c, s->batch, s->seq_len, (double)s->device_cap, CALIBRATE_SECONDS, out, e);
+      if (rc) return rc;
+      struct statvfs fs;
+      double free_bytes = statvfs(p->state_dir, &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize : 0;
+      eng_profile_set_nvme(out, p->nvme_read, p->nvme_write, free_bytes);
+      char dir[4300];
+      snprintf(dir, sizeof dir, "%s/profiles", p->state_dir);
+      if (mkdir(dir, 0750) && errno != EEXIST)
+        return eng_err_set(e, ENG_EIO, "calibration: cannot create %s: %s", dir, strerror(errno));
+      rc = eng_profile_save(out, path, "calibrated by traind for one job shape", e);
     }
-  int rc = nvme_probe(p, e);
-  if (!rc) rc = eng_profile_calibrate_cpu(&s->config, s->batch, s->seq_len, (double)s->device_cap,
-                                          CALIBRATE_SECONDS, out, e);
-  if (rc) return rc;
-  struct statvfs fs;
-  double free_bytes = 0;
-  if (statvfs(p->state_dir, &fs) == 0)
-    free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
-  eng_profile_set_nvme(out, p->nvme_read, p->nvme_write, free_bytes);
-  int slot = p->n < CACHE_MAX ? p->n++ : CACHE_MAX - 1;
-  p->keys[slot] = k;
-  p->profiles[slot] = *out;
-  return 0;
+  }
+  if (!rc && p->override_file) rc = eng_profile_merge_file(out, p->override_file, e);
+  return rc;
 }
 
 // The simulated step of plan pl as an SVG timeline.

@@ -12,9 +12,12 @@
 typedef struct planning planning;
 
 // profile_file: a profile (engine/plan/profiles/*.json format) to plan with
-// instead of calibrating this machine; NULL: calibrate. st: the daemon's
-// store, whose spill path the calibration times; state_dir: where it lives.
-int planning_open(planning **out, const char *profile_file, store *st, const char *state_dir, eng_err *e);
+// instead of calibrating this machine; NULL: calibrate, once per job shape,
+// keeping the result in <state_dir>/profiles. override_file: fields that
+// replace the profile's (any subset), or NULL. st: the daemon's store, whose
+// spill path the calibration times.
+int planning_open(planning **out, const char *profile_file, const char *override_file, store *st,
+                  const char *state_dir, eng_err *e);
 void planning_close(planning *p);
 
 // The plan for the engine spec s (model config, batch, seq_len, device cap):

@@ -56,6 +56,16 @@ int main(void) {
   const char *p = strstr(out, "planned (");
   printf("%.*s\n", (int)(strchr(p, '\n') - p), p);
   printf("killed and restarted: the job resumed with its stored plan and succeeded\n");
+
+  // The calibration is kept in the state directory: a restarted daemon
+  // plans the same shape without measuring again.
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "ls %s/profiles/cpu-*.json > /dev/null 2>&1", t.state);
+  CHECK(system(cmd) == 0, "no calibrated profile under %s/profiles", t.state);
+  t0 = td_now();
+  CHECK(td_ctl(&t, out, sizeof out, "plan %s --set device.plan=true", file) == 0, "plan after the restart failed");
+  CHECK(td_now() - t0 < 3, "planning after a restart took %.1f s: it calibrated again", td_now() - t0);
+  printf("after the restart: planned in %.2f s from the stored calibration\n", td_now() - t0);
   free(plan);
   td_finish(&t);
   return 0;
