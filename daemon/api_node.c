@@ -107,32 +107,36 @@ static Grpc__Health__V1__HealthCheckResponse__ServingStatus serving(const traind
                      : H(HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
 }
 
-void api_health_check(srv_call *c, ProtobufCMessage *req) {
-  Grpc__Health__V1__HealthCheckRequest *r = (Grpc__Health__V1__HealthCheckRequest *)req;
+// The answer to a health request; 0 when the request is refused.
+static int health_answer(srv_call *c, ProtobufCMessage *req, Grpc__Health__V1__HealthCheckResponse *resp,
+                         int *known) {
   val_err e;
   if (val_message(req, "", &e)) {
     api_refuse(c, &e);
-    return;
+    return 0;
   }
+  Grpc__Health__V1__HealthCheckRequest *r = (Grpc__Health__V1__HealthCheckRequest *)req;
+  grpc__health__v1__health_check_response__init(resp);
+  resp->status = serving(srv_call_data(c), r->service, known);
+  return 1;
+}
+
+void api_health_check(srv_call *c, ProtobufCMessage *req) {
+  Grpc__Health__V1__HealthCheckResponse resp;
   int known;
-  Grpc__Health__V1__HealthCheckResponse resp = H(HEALTH_CHECK_RESPONSE__INIT);
-  resp.status = serving(srv_call_data(c), r->service, &known);
-  if (!known) srv_fail(c, GRPC_STATUS_NOT_FOUND, "service: \"%.200s\" is not served here", r->service);
+  if (!health_answer(c, req, &resp, &known)) return;
+  if (!known)
+    srv_fail(c, GRPC_STATUS_NOT_FOUND, "service: \"%.200s\" is not served here",
+             ((Grpc__Health__V1__HealthCheckRequest *)req)->service);
   else srv_reply(c, &resp.base);
 }
 
 // The status once; it only changes at shutdown, when every call is
 // cancelled anyway, so the stream then stays open until the client leaves.
 void api_health_watch(srv_call *c, ProtobufCMessage *req) {
-  Grpc__Health__V1__HealthCheckRequest *r = (Grpc__Health__V1__HealthCheckRequest *)req;
-  val_err e;
-  if (val_message(req, "", &e)) {
-    api_refuse(c, &e);
-    return;
-  }
+  Grpc__Health__V1__HealthCheckResponse resp;
   int known;
-  Grpc__Health__V1__HealthCheckResponse resp = H(HEALTH_CHECK_RESPONSE__INIT);
-  resp.status = serving(srv_call_data(c), r->service, &known);
+  if (!health_answer(c, req, &resp, &known)) return;
   if (!known) resp.status = H(HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN);
   srv_send(c, &resp.base, NULL);
 }

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cuda.h"
+#include "common/clock.h"
 #include "data/data.h"
 #include "exec/exec.h"
 #include "model/hf_io.h"
@@ -231,11 +231,6 @@ void eng_close(eng_run *r) {
   free(r);
 }
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int check_tokens(const eng_run *r, const int32_t *ids, const int32_t *labels, eng_err *e) {
   size_t n = (size_t)r->spec.batch * r->spec.seq_len;
@@ -264,7 +259,7 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
   eng_metrics mm;
   if (!m) m = &mm;
   memset(m, 0, sizeof *m);
-  double t0 = now();
+  double t0 = eng_now();
   uint64_t in0 = r->dev->bytes_in, out0 = r->dev->bytes_out;
   const eng_spec *s = &r->spec;
   float lr = eng_lr_at(r->step, s->lr, s->min_lr, s->warmup_steps, s->total_steps);
@@ -315,7 +310,7 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
   m->t_loss = res.t_loss;
   m->t_bwd = res.t_bwd;
   m->t_opt_wait = res.t_wait;
-  m->t_total = now() - t0;
+  m->t_total = eng_now() - t0;
   m->tokens_per_s = m->tokens / m->t_total;
   m->peak_arena = r->dev->peak;
   m->host_act = res.host_act;

@@ -19,8 +19,8 @@
 // and 16 MiB, and 2 or 8 in flight, measured within the noise of 4 MiB and 4.
 #include <inttypes.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "store_impl.h"
 
 enum { CHUNK = 4 << 20 };
@@ -166,23 +166,18 @@ int store_act_flush(store *s, eng_err *e) {
   return rc;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int store_act_probe(store *s, size_t bytes, double *read_bps, double *write_bps, eng_err *e) {
   char *buf = malloc(bytes ? bytes : 1);
   if (!buf) return eng_err_set(e, ENG_ENOMEM, "spill probe: cannot allocate %zu bytes", bytes);
   for (size_t i = 0; i < bytes; i++) buf[i] = (char)(i * 131); // not a run of zeros a filesystem could elide
   static const char job[] = "spill-probe";
-  double t0 = now_s();
+  double t0 = eng_now();
   int rc = store_act_put(s, job, 0, 0, 0, buf, bytes, e);
   if (!rc) rc = store_act_flush(s, e);
-  double t1 = now_s();
+  double t1 = eng_now();
   if (!rc) rc = store_act_get(s, job, 0, 0, 0, buf, bytes, e);
-  double t2 = now_s();
+  double t2 = eng_now();
   eng_err ignored;
   store_act_drop(s, job, 0, &ignored);
   free(buf);

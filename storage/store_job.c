@@ -44,8 +44,13 @@ static int read_record(store *s, const char *job, char **v, size_t *n, eng_err *
   return 0;
 }
 
-// Adds the deletion of the job's index entries, as read from its record, to b.
-static void delete_indexes(store *s, rocksdb_writebatch_t *b, const char *job, const char *v) {
+// Adds the deletion of the job's index entries, as its stored record names
+// them, to b: nothing when the job has no record yet. 0 or an error.
+static int unindex(store *s, rocksdb_writebatch_t *b, const char *job, eng_err *e) {
+  char *v;
+  size_t n;
+  int rc = read_record(s, job, &v, &n, e);
+  if (rc) return rc > 0 ? 0 : rc;
   skey ks = key_state(get_be32(v), job);
   rocksdb_writebatch_delete_cf(b, s->cf[CF_JOBS], ks.b, ks.n);
   int64_t order = (int64_t)get_be64(v + 4);
@@ -53,6 +58,8 @@ static void delete_indexes(store *s, rocksdb_writebatch_t *b, const char *job, c
     skey kq = key_queue(order, job);
     rocksdb_writebatch_delete_cf(b, s->cf[CF_JOBS], kq.b, kq.n);
   }
+  rocksdb_free(v);
+  return 0;
 }
 
 int store_job_put(store *s, const char *job, const void *rec, size_t n, uint32_t state, int64_t order,
@@ -71,16 +78,9 @@ int store_job_put(store *s, const char *job, const void *rec, size_t n, uint32_t
     return rc;
   }
   pthread_mutex_lock(&s->meta_mu);
-  char *old;
-  size_t old_n;
-  rc = read_record(s, job, &old, &old_n, e);
   rocksdb_writebatch_t *b = rocksdb_writebatch_create();
-  if (rc == 0) {
-    delete_indexes(s, b, job, old);
-    rocksdb_free(old);
-  }
-  if (rc >= 0) {
-    rc = 0;
+  rc = unindex(s, b, job, e);
+  if (!rc) {
     skey kr = key_record(job), ks = key_state(state, job);
     rocksdb_writebatch_put_cf(b, s->cf[CF_JOBS], kr.b, kr.n, val, HEADER + n);
     rocksdb_writebatch_put_cf(b, s->cf[CF_JOBS], ks.b, ks.n, h.b + 4, 8);
@@ -134,16 +134,9 @@ int store_job_delete(store *s, const char *job, eng_err *e) {
   int rc = store_job_check(job, e);
   if (rc || (rc = store_enter(s, e))) return rc;
   pthread_mutex_lock(&s->meta_mu);
-  char *old;
-  size_t old_n;
-  rc = read_record(s, job, &old, &old_n, e);
   rocksdb_writebatch_t *b = rocksdb_writebatch_create();
-  if (rc == 0) {
-    delete_indexes(s, b, job, old);
-    rocksdb_free(old);
-  }
-  if (rc >= 0) {
-    rc = 0;
+  rc = unindex(s, b, job, e);
+  if (!rc) {
     delete_prefix(s, b, CF_JOBS, 'R', job);
     delete_prefix(s, b, CF_JOBS, 'C', job);
     delete_prefix(s, b, CF_EVENTS, 0, job);

@@ -6,18 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/cuda.h"
+#include "common/clock.h"
 #include "exec/exec_impl.h"
 #include "kernels/kernels.h"
 #include "optim/adamw8.h"
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int is_ckpt(const eng_exec *x, int l) { return x->place[l] != ENG_PLACE_NONE; }
 
@@ -228,9 +223,9 @@ static const void *sched_acquire(eng_exec *x, int shard, double *t_wait) {
     if (x->sched[k] == head) shard_ensure(x, 0);
     shard_ensure(x, x->sched[k]);
   }
-  double t0 = now();
+  double t0 = eng_now();
   eng_worker_wait(&x->copy_in, x->cticket[slot]);
-  *t_wait += now() - t0;
+  *t_wait += eng_now() - t0;
   return x->wslot[slot];
 }
 
@@ -258,9 +253,9 @@ static void copy_out_run(void *arg) {
 
 // Gradient slot i & 1 for the next shard, zeroed once its last copy-out is done.
 static int gslot_begin(eng_exec *x, int i, size_t floats, double *t_wait, eng_err *e) {
-  double t0 = now();
+  double t0 = eng_now();
   eng_worker_wait(&x->copy_out, x->oticket[i & 1]);
-  *t_wait += now() - t0;
+  *t_wait += eng_now() - t0;
   return x->ops->grad_zero(x, i & 1, floats, e);
 }
 
@@ -568,7 +563,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   build_schedule(x, backward);
   if (backward) x->runs++;
   sched_begin(x);
-  double t0 = now();
+  double t0 = eng_now();
 
   // Embedding: rows of the host table (never the table) become boundary 0.
   shard_ensure(x, 0);
@@ -587,7 +582,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
     cur = nxt;
     nxt = t;
   }
-  double t1 = now();
+  double t1 = eng_now();
   res->t_fwd = t1 - t0;
 
   // Loss fused with the head, micro-batch by micro-batch; dx of the last
@@ -604,7 +599,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
     STEP_TRY(x->ops->head(x, hw, hg, mbrow(x, cur, i), backward ? mbrow(x, nxt, i) : NULL, i, logits, scale,
                           &res->loss_sum, e));
   sched_release(x);
-  double t2 = now();
+  double t2 = eng_now();
   res->t_loss = t2 - t1;
   if (!backward) {
     STEP_TRY(x->ops->end(x, res, 0, e));
@@ -664,7 +659,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   x->sumsq[0] = eng_k_sumsq(m->shards[0].g, m->shards[0].numel);
   STEP_TRY(x->ops->end(x, res, 1, e));
   armed_finish(x, 1);
-  res->t_bwd = now() - t2;
+  res->t_bwd = eng_now() - t2;
 
   // Shard order, not completion order, so the sum is the same every run.
   for (int s = 0; s < lo->n_shards; s++) res->grad_sumsq += x->sumsq[s];

@@ -4,18 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "kernels/kernels.h"
 #include "optim/adamw.h"
 #include "plan/profile.h"
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 // Runs fn until `secs` have passed (at least twice: the first run warms the
 // caches and the thread pool and is not counted); returns seconds per run.
@@ -23,11 +18,11 @@ typedef void (*op_fn)(void *ctx);
 static double time_op(op_fn fn, void *ctx, double secs) {
   fn(ctx);
   int runs = 0;
-  double t0 = now(), t;
+  double t0 = eng_now(), t;
   do {
     fn(ctx);
     runs++;
-    t = now();
+    t = eng_now();
   } while (t - t0 < secs);
   return (t - t0) / runs;
 }

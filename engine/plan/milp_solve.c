@@ -5,15 +5,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "plan/milp.h"
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 // ---- a fixed choice -------------------------------------------------------------
 
@@ -163,7 +158,7 @@ static int heuristic(milp *m, double *x, double *obj, double deadline) {
   int max_keep = m->keep_ok ? (int)floor(fmax(k->cap_dev - k->bnd, 0) / k->inner) : 0;
   int found = 0;
   for (int keep = 0; keep <= max_keep && keep <= m->L; keep++)
-    for (int len = 1; len <= (keep ? 2 : m->K) && now() < deadline; len++)
+    for (int len = 1; len <= (keep ? 2 : m->K) && eng_now() < deadline; len++)
       for (int spare = len; spare <= len + 2; spare++) {
         milp_choice ch;
         double v;
@@ -237,7 +232,7 @@ static void callback(glp_tree *tree, void *info) {
 
 int milp_solve(milp *m, const eng_plan_opts *o, double *x, milp_result *r, eng_err *e) {
   memset(r, 0, sizeof *r);
-  const double t0 = now(), deadline = t0 + o->time_limit;
+  const double t0 = eng_now(), deadline = t0 + o->time_limit;
   const int n = glp_get_num_cols(m->lp);
   double *heur = malloc(((size_t)n + 1) * sizeof *heur);
   double *mip = malloc(((size_t)n + 1) * sizeof *mip);
@@ -273,7 +268,7 @@ int milp_solve(milp *m, const eng_plan_opts *o, double *x, milp_result *r, eng_e
     glp_init_iocp(&p);
     p.msg_lev = GLP_MSG_OFF;
     p.mip_gap = 0; // the callback stops on its own gap (see eng_plan_opts)
-    double left = deadline - now();
+    double left = deadline - eng_now();
     p.tm_lim = left > 0.05 ? (int)(left * 1000) : 50;
     p.cb_func = callback;
     p.cb_info = &c;
@@ -313,7 +308,7 @@ int milp_solve(milp *m, const eng_plan_opts *o, double *x, milp_result *r, eng_e
     else
       r->gap = INFINITY;
   }
-  r->seconds = now() - t0;
+  r->seconds = eng_now() - t0;
   free(klass);
   free(heur);
   free(mip);

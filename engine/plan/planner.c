@@ -5,17 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "plan/cost.h"
 #include "plan/milp.h"
 #include "plan/sim.h"
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void eng_plan_opts_defaults(eng_plan_opts *o) {
   memset(o, 0, sizeof *o);
@@ -170,7 +165,7 @@ static int splits(const eng_config *c, int batch, int seq_len, const eng_profile
 static int plan_batch(const eng_config *c, const char *model_name, int batch, int seq_len, const eng_profile *p,
                       const eng_plan_opts *o, eng_plan *out, eng_err *e) {
   // Room after the last solve for the plan's extraction, check and replay.
-  const double t0 = now(), deadline = t0 + o->time_limit - fmin(0.1, 0.05 * o->time_limit);
+  const double t0 = eng_now(), deadline = t0 + o->time_limit - fmin(0.1, 0.05 * o->time_limit);
   split *sp = malloc((size_t)batch * sizeof *sp);
   if (!sp) return eng_err_set(e, ENG_ENOMEM, "plan: out of memory");
   int n, rc = splits(c, batch, seq_len, p, o, sp, &n, e);
@@ -178,7 +173,7 @@ static int plan_batch(const eng_config *c, const char *model_name, int batch, in
   for (int i = 0; !rc && i < n; i++) {
     // A split whose bound is within 0.5% of the best plan's time cannot pay for its solve.
     if (have && sp[i].lb >= out->step_time * 0.995) break;
-    double left = deadline - now();
+    double left = deadline - eng_now();
     if (have && left < 0.1) break;
     // The first split gets most of the time, unless no other could compete.
     double limit = !have && i + 1 < n && sp[i + 1].lb < sp[i].lb * 1.005 ? 0.7 * left : left;
@@ -209,7 +204,7 @@ static int plan_batch(const eng_config *c, const char *model_name, int batch, in
   if (rc) return rc;
   snprintf(out->model, sizeof out->model, "%s", model_name ? model_name : "model");
   snprintf(out->profile, sizeof out->profile, "%s", p->name);
-  out->solve_time = now() - t0;
+  out->solve_time = eng_now() - t0;
   return 0;
 }
 
