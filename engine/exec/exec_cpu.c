@@ -139,7 +139,7 @@ static int cpu_head(eng_exec *x, const void *w, float *g, const void *xl, void *
   float *lg = logits ? logits + (size_t)i * mbn * V : NULL;
   *loss_sum += eng_k_head_loss(g ? x->h_dxn : NULL, g ? g + lo->final_norm.numel : NULL, lg, x->h_xn, wmat,
                                x->targets + (size_t)i * mbn, mbn, d, V, scale, x->h_scratch);
-  if (g) eng_k_rmsnorm_bwd(dx, g, x->h_dxn, xl, fnorm, x->h_rstd, mbn, d, 0);
+  if (g) eng_k_rmsnorm_bwd(dx, g, x->h_dxn, NULL, xl, fnorm, x->h_rstd, mbn, d);
   return 0;
 }
 

@@ -47,17 +47,15 @@ void eng_layer_acts_bind(eng_layer_acts *a, float *p, const eng_config *c, int B
   a->xmid = take(&p, n * d);
   a->xn2 = take(&p, n * d);
   a->rstd2 = take(&p, n);
-  a->gate = take(&p, n * ff);
-  a->up = take(&p, n * ff);
+  a->gu = take(&p, n * ff * 2);
   a->hact = take(&p, n * ff);
 }
 
 void eng_layer_scratch_bind(eng_layer_scratch *s, float *p, const eng_config *c, int B, int T) {
   size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
   size_t kvd = (size_t)c->n_kv_heads * c->head_dim, ff = c->d_ff;
-  s->dff1 = take(&p, n * ff);
-  s->dff2 = take(&p, n * ff);
-  s->dff3 = take(&p, n * ff);
+  s->dh = take(&p, n * ff);
+  s->dgu = take(&p, n * ff * 2);
   s->dxn = take(&p, n * d);
   s->dxmid = take(&p, n * d);
   s->datt = take(&p, n * qd);
@@ -93,9 +91,9 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
   add_into(a->xmid, x, y, (size_t)n * d);
 
   eng_k_rmsnorm_fwd(a->xn2, a->rstd2, a->xmid, W(ENG_P_MLP_NORM), n, d, c->rms_eps);
-  eng_k_linear_fwd(a->gate, a->xn2, W(ENG_P_WGATE), NULL, n, d, ff);
-  eng_k_linear_fwd(a->up, a->xn2, W(ENG_P_WUP), NULL, n, d, ff);
-  eng_k_swiglu_fwd(a->hact, a->gate, a->up, (size_t)n * ff);
+  // gate and up as one product: the layout stacks their weights (layout.c).
+  eng_k_linear_fwd(a->gu, a->xn2, W(ENG_P_WGATE), NULL, n, d, 2 * ff);
+  eng_k_swiglu_fwd(a->hact, a->gu, n, ff);
   eng_k_linear_fwd(y, a->hact, W(ENG_P_WDOWN), NULL, n, ff, d);
   add_into(y, y, a->xmid, (size_t)n * d);
 }
@@ -107,13 +105,11 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
   const int qd = H * hd, kvd = KV * hd, ff = c->d_ff;
 
   // MLP: y = xmid + down(silu(gate) * up), gate/up = proj(norm2(xmid)).
-  eng_k_linear_bwd(s->dff1, DW(ENG_P_WDOWN), NULL, dy, a->hact, W(ENG_P_WDOWN), n, ff, d, 0);
-  eng_k_swiglu_bwd(s->dff2, s->dff3, s->dff1, a->gate, a->up, (size_t)n * ff);
-  eng_k_linear_bwd(s->dxn, DW(ENG_P_WGATE), NULL, s->dff2, a->xn2, W(ENG_P_WGATE), n, d, ff, 0);
-  eng_k_linear_bwd(s->dxn, DW(ENG_P_WUP), NULL, s->dff3, a->xn2, W(ENG_P_WUP), n, d, ff, 1);
-  memcpy(s->dxmid, dy, sizeof(float) * (size_t)n * d); // the residual path
-  eng_k_rmsnorm_bwd(s->dxmid, DW(ENG_P_MLP_NORM), s->dxn, a->xmid, W(ENG_P_MLP_NORM), a->rstd2,
-                    n, d, 1);
+  eng_k_linear_bwd(s->dh, DW(ENG_P_WDOWN), NULL, dy, a->hact, W(ENG_P_WDOWN), n, ff, d, 0);
+  eng_k_swiglu_bwd(s->dgu, s->dh, a->gu, n, ff);
+  eng_k_linear_bwd(s->dxn, DW(ENG_P_WGATE), NULL, s->dgu, a->xn2, W(ENG_P_WGATE), n, d, 2 * ff, 0);
+  // dy reaches xmid through the residual and through the norm.
+  eng_k_rmsnorm_bwd(s->dxmid, DW(ENG_P_MLP_NORM), s->dxn, dy, a->xmid, W(ENG_P_MLP_NORM), a->rstd2, n, d);
 
   // Attention: xmid = x + o(attn(rope(qk_norm(proj(norm1(x)))))).
   eng_k_linear_bwd(s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0);
@@ -122,16 +118,13 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
   eng_k_rope_bwd(s->dq, B, T, H, hd, c->rope_theta);
   eng_k_rope_bwd(s->dk, B, T, KV, hd, c->rope_theta);
   if (c->qk_norm) { // back through the per-head norms; datt is free to hold dq_pre
-    eng_k_rmsnorm_bwd(s->datt, DW(ENG_P_QNORM), s->dq, a->qpre, W(ENG_P_QNORM), a->rstdq, n * H,
-                      hd, 0);
+    eng_k_rmsnorm_bwd(s->datt, DW(ENG_P_QNORM), s->dq, NULL, a->qpre, W(ENG_P_QNORM), a->rstdq, n * H, hd);
     memcpy(s->dq, s->datt, sizeof(float) * (size_t)n * qd);
-    eng_k_rmsnorm_bwd(s->datt, DW(ENG_P_KNORM), s->dk, a->kpre, W(ENG_P_KNORM), a->rstdk,
-                      n * KV, hd, 0);
+    eng_k_rmsnorm_bwd(s->datt, DW(ENG_P_KNORM), s->dk, NULL, a->kpre, W(ENG_P_KNORM), a->rstdk, n * KV, hd);
     memcpy(s->dk, s->datt, sizeof(float) * (size_t)n * kvd);
   }
   eng_k_linear_bwd(s->dxn, DW(ENG_P_WQ), DW(ENG_P_BQ), s->dq, a->xn1, W(ENG_P_WQ), n, d, qd, 0);
   eng_k_linear_bwd(s->dxn, DW(ENG_P_WK), DW(ENG_P_BK), s->dk, a->xn1, W(ENG_P_WK), n, d, kvd, 1);
   eng_k_linear_bwd(s->dxn, DW(ENG_P_WV), DW(ENG_P_BV), s->dv, a->xn1, W(ENG_P_WV), n, d, kvd, 1);
-  memcpy(dx, s->dxmid, sizeof(float) * (size_t)n * d);
-  eng_k_rmsnorm_bwd(dx, DW(ENG_P_ATTN_NORM), s->dxn, x, W(ENG_P_ATTN_NORM), a->rstd1, n, d, 1);
+  eng_k_rmsnorm_bwd(dx, DW(ENG_P_ATTN_NORM), s->dxn, s->dxmid, x, W(ENG_P_ATTN_NORM), a->rstd1, n, d);
 }

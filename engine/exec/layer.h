@@ -19,12 +19,12 @@ typedef struct eng_layer_acts {
   float *att, *lse;          // attention output, log-sum-exp           [n,H*hd], [B,H,T]
   float *xmid;               // residual after attention                [n,d]
   float *xn2, *rstd2;        // MLP norm output and 1/rms               [n,d], [n]
-  float *gate, *up, *hact;   // MLP projections and silu(gate)*up       [n,ff] x3
+  float *gu, *hact;          // gate|up projections, silu(gate)*up      [n,2ff], [n,ff]
 } eng_layer_acts;
 
 // Scratch of the backward for one micro-batch.
 typedef struct eng_layer_scratch {
-  float *dff1, *dff2, *dff3; // [n,ff] x3: d hact, d gate, d up
+  float *dh, *dgu;           // d hact, d gate|up                       [n,ff], [n,2ff]
   float *dxn;                // [n,d]   d of a norm output (reused by both norms)
   float *dxmid;              // [n,d]
   float *datt;               // [n,H*hd]

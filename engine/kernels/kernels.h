@@ -30,9 +30,10 @@ void eng_k_linear_bwd(float *dx, float *dw, float *db, const float *dy, const fl
 // RMSNorm over the last dim: y = x * rstd * w, rstd[n] = 1/sqrt(mean(x²) + eps).
 // Same formula as transformers: the variance is taken in fp32 and w multiplies last.
 void eng_k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int n, int d, float eps);
-// dx (= or +=) ; dw[d] += (may be NULL).
-void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                       const float *rstd, int n, int d, int accumulate_dx);
+// dx = dres + (the norm's input gradient), or without dres when it is NULL
+// (dres may be dx itself: accumulate); dw[d] += (may be NULL).
+void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *dres, const float *x, const float *w,
+                       const float *rstd, int n, int d);
 
 // Rotary embedding in place on x[B*T, heads, hd], position = row % T, the
 // rotate-half convention of Llama/Qwen: pairs (i, i + hd/2),
@@ -55,9 +56,10 @@ void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, con
                          const float *lse, const float *q, const float *k, const float *v,
                          int B, int T, int H, int KV, int hd);
 
-// h = silu(gate) * up, elementwise over n values.
-void eng_k_swiglu_fwd(float *h, const float *gate, const float *up, size_t n);
-void eng_k_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
+// h[n,ff] = silu(gate) * up where each row of gu[n,2ff] is gate then up (the
+// output of the stacked [gate; up] projection); bwd writes dgu in that layout.
+void eng_k_swiglu_fwd(float *h, const float *gu, int n, int ff);
+void eng_k_swiglu_bwd(float *dgu, const float *dh, const float *gu, int n, int ff);
 
 // x[n,d] = table[ids[i]]; bwd: dtable[ids[i]] += dx[i] (rows added in i order).
 void eng_k_embed_fwd(float *x, const float *table, const int32_t *ids, int n, int d);

@@ -50,6 +50,8 @@ void eng_layout_init(eng_layout *lo, const eng_config *c) {
   off = place(&p[ENG_P_KNORM], off, hd, 0, c->qk_norm);
   off = place(&p[ENG_P_WO], off, d, q, 1);
   off = place(&p[ENG_P_MLP_NORM], off, d, 0, 1);
+  // gate and up back to back: the cpu layer multiplies by both as one [2ff, d]
+  // matrix (exec/layer.c).
   off = place(&p[ENG_P_WGATE], off, ff, d, 1);
   off = place(&p[ENG_P_WUP], off, ff, d, 1);
   off = place(&p[ENG_P_WDOWN], off, d, ff, 1);

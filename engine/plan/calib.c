@@ -65,8 +65,8 @@ static void att_bwd(void *c) {
 }
 
 typedef struct elem {
-  float *x, *y, *w, *rstd, *g, *u, *h;
-  int n, d;
+  float *x, *y, *w, *rstd, *gu, *h;
+  int n, d, ff;
   size_t nf;
   float eps;
 } elem;
@@ -74,7 +74,7 @@ typedef struct elem {
 static void elem_run(void *c) {
   elem *e = c;
   eng_k_rmsnorm_fwd(e->y, e->rstd, e->x, e->w, e->n, e->d, e->eps);
-  eng_k_swiglu_fwd(e->h, e->g, e->u, e->nf);
+  eng_k_swiglu_fwd(e->h, e->gu, e->n, e->ff);
 }
 
 typedef struct cpy {
@@ -136,11 +136,11 @@ int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_
   a.lse = malloc((size_t)H * Ta * 4), a.dq = malloc(qn * 4), a.dk = malloc(kn * 4), a.dv = malloc(kn * 4);
   el.nf = (size_t)n1 * out;
   el.x = malloc((size_t)n1 * in * 4), el.y = malloc((size_t)n1 * in * 4), el.w = malloc((size_t)in * 4);
-  el.rstd = malloc((size_t)n1 * 4), el.g = malloc(el.nf * 4), el.u = malloc(el.nf * 4), el.h = malloc(el.nf * 4);
+  el.rstd = malloc((size_t)n1 * 4), el.gu = malloc(el.nf * 8), el.h = malloc(el.nf * 4);
   cp.a = malloc(copy_bytes), cp.b = malloc(copy_bytes);
   op.w = malloc(opt_n * 4), op.g = malloc(opt_n * 4), op.m = calloc(opt_n, 4), op.v = calloc(opt_n, 4);
   void *all[] = {l.x, l.w, l.y, l.dx, l.dw, a.q, a.k, a.v, a.o, a.lse, a.dq, a.dk, a.dv, el.x, el.y, el.w,
-                 el.rstd, el.g, el.u, el.h, cp.a, cp.b, op.w, op.g, op.m, op.v};
+                 el.rstd, el.gu, el.h, cp.a, cp.b, op.w, op.g, op.m, op.v};
   int ok = 1;
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ok = ok && all[i];
   if (!ok) {
@@ -149,7 +149,7 @@ int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_
   }
   fill(l.x, (size_t)n1 * in, 1), fill(l.w, (size_t)out * in, 2);
   fill(a.q, qn, 3), fill(a.k, kn, 4), fill(a.v, kn, 5);
-  fill(el.x, (size_t)n1 * in, 6), fill(el.w, (size_t)in, 7), fill(el.g, el.nf, 8), fill(el.u, el.nf, 9);
+  fill(el.x, (size_t)n1 * in, 6), fill(el.w, (size_t)in, 7), fill(el.gu, 2 * el.nf, 8);
   memset(cp.a, 1, copy_bytes);
   fill(op.w, opt_n, 10), fill(op.g, opt_n, 11);
 
@@ -173,7 +173,7 @@ int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_
   att_fwd(&a);
   p->attn_bwd_flops = 2.5 * aflops / time_op(att_bwd, &a, slice);
 
-  el.n = n1, el.d = in, el.eps = 1e-6f;
+  el.n = n1, el.d = in, el.ff = out, el.eps = 1e-6f;
   double ebytes = 2.0 * n1 * in * 4 + 3.0 * (double)el.nf * 4;
   p->elem_bytes_per_s = ebytes / time_op(elem_run, &el, slice);
 

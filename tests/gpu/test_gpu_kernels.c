@@ -99,7 +99,7 @@ static void check_rmsnorm_shape(int n, int d) {
   K_OK(eng_cuda_rmsnorm_bwd(cx, dDX, ddw, dDY, dX, dW, dR, n, d, 1, &err));
   float *dx = malloc(nd * 4), *dw = calloc(d, 4);
   memcpy(dx, dx0, nd * 4);
-  eng_k_rmsnorm_bwd(dx, dw, dy, x, w, gr, n, d, 1);
+  eng_k_rmsnorm_bwd(dx, dw, dy, dx, x, w, gr, n, d);
   float *gdx = dev_bf16_to_host(dDX, nd), *gdw = dev_f32_to_host(ddw, d);
   rel_err_f("dx += (0.5 eps: the output rounding)", gdx, dx, nd, 0.5 * BF16_EPS + 1e-6);
   rel_err_f("dw (fp32, double sums)", gdw, dw, d, 1e-6);
@@ -150,8 +150,10 @@ static void check_swiglu(size_t n, int offset) {
   K_OK(eng_cuda_swiglu_bwd((eng_bf16 *)(dG + o), (eng_bf16 *)(dU + o), (eng_bf16 *)(ddh + o), (eng_bf16 *)(dg + o),
                            (eng_bf16 *)(du + o), n, st, &err));
   float *h = malloc(n * 4), *rg = malloc(n * 4), *ru = malloc(n * 4);
-  eng_k_swiglu_fwd(h, g, u, n);
-  eng_k_swiglu_bwd(rg, ru, dh, g, u, n);
+  for (size_t i = 0; i < n; i++) { // the formulas the cpu kernels apply (kmath_hd.h)
+    h[i] = eng_km_swiglu(g[i], u[i]);
+    eng_km_swiglu_bwd(dh[i], g[i], u[i], &rg[i], &ru[i]);
+  }
   uint16_t *gotH = dev_u16(dH + o, n), *gotG = dev_u16(dG + o, n), *gotU = dev_u16(dU + o, n);
   // The same formulas on the same inputs: the rounded cpu value, exactly.
   expect_exact_bf16("h", gotH, h, n);

@@ -97,13 +97,17 @@ static void test_expf(void) {
 
 static void test_swiglu(void) {
   printf("swiglu\n");
-  size_t n = 1000;
+  // 40 rows of 25: each row of gu is its 25 gate values, then its 25 up values.
+  enum { ROWS = 40, FF = 25 };
+  size_t n = ROWS * FF;
   float *g = frandn(n, 12.0f), *u = frandn(n, 1.0f), *dh = frandn(n, 1.0f);
   g[0] = 95.0f, g[1] = -95.0f, g[2] = 0.0f, g[3] = -87.5f, g[4] = 88.5f;
-  float *h = falloc(n), *dg = falloc(n), *du = falloc(n);
+  float *gu = falloc(2 * n), *dgu = falloc(2 * n), *h = falloc(n), *dg = falloc(n), *du = falloc(n);
+  for (size_t i = 0; i < n; i++) gu[i / FF * 2 * FF + i % FF] = g[i], gu[i / FF * 2 * FF + FF + i % FF] = u[i];
   double *rh = dalloc(n), *rdg = dalloc(n), *rdu = dalloc(n);
-  eng_k_swiglu_fwd(h, g, u, n);
-  eng_k_swiglu_bwd(dg, du, dh, g, u, n);
+  eng_k_swiglu_fwd(h, gu, ROWS, FF);
+  eng_k_swiglu_bwd(dgu, dh, gu, ROWS, FF);
+  for (size_t i = 0; i < n; i++) dg[i] = dgu[i / FF * 2 * FF + i % FF], du[i] = dgu[i / FF * 2 * FF + FF + i % FF];
   for (size_t i = 0; i < n; i++) {
     double s = 1.0 / (1.0 + exp(-(double)g[i]));
     rh[i] = g[i] * s * u[i];
@@ -118,7 +122,7 @@ static void test_swiglu(void) {
     double e = fabs(h[i] - rh[i]) / (fabs(rh[i]) + 1e-30);
     CHECK(e < 1e-6 || fabs(rh[i]) < 1e-30, "silu(%g)·%g = %g, want %g", g[i], u[i], h[i], rh[i]);
   }
-  free(g), free(u), free(dh), free(h), free(dg), free(du), free(rh), free(rdg), free(rdu);
+  free(g), free(u), free(dh), free(gu), free(dgu), free(h), free(dg), free(du), free(rh), free(rdg), free(rdu);
 }
 
 // ---- linear ----------------------------------------------------------------
@@ -180,8 +184,8 @@ static void test_rmsnorm(int n, int d) {
   double *ry = dalloc((size_t)n * d), *rr = dalloc((size_t)n), *rdx = dalloc((size_t)n * d);
   double *rdxa = dalloc((size_t)n * d), *rdw = dalloc((size_t)d);
   eng_k_rmsnorm_fwd(y, rstd, x, w, n, d, eps);
-  eng_k_rmsnorm_bwd(dx, dw, dy, x, w, rstd, n, d, 0);
-  eng_k_rmsnorm_bwd(dxa, NULL, dy, x, w, rstd, n, d, 1);
+  eng_k_rmsnorm_bwd(dx, dw, dy, NULL, x, w, rstd, n, d);
+  eng_k_rmsnorm_bwd(dxa, NULL, dy, dxa, x, w, rstd, n, d);
   for (int j = 0; j < d; j++) rdw[j] = dw0[j];
   for (int i = 0; i < n; i++) {
     const float *xi = x + (size_t)i * d, *dyi = dy + (size_t)i * d;
@@ -533,7 +537,7 @@ static void run_all(inv_io *io, const float *src, int nthreads) {
   float *ny = take(io, (size_t)n * d), *nr = take(io, (size_t)n), *ndx = take(io, (size_t)n * d), *ndw = take(io, (size_t)d);
   memset(ndw, 0, sizeof(float) * (size_t)d);
   eng_k_rmsnorm_fwd(ny, nr, x, nw, n, d, 1e-5f);
-  eng_k_rmsnorm_bwd(ndx, ndw, ndy, x, nw, nr, n, d, 0);
+  eng_k_rmsnorm_bwd(ndx, ndw, ndy, NULL, x, nw, nr, n, d);
 
   size_t nq = (size_t)c.B * c.T * c.H * c.hd, nk = (size_t)c.B * c.T * c.KV * c.hd;
   float *q = take(io, nq), *k = take(io, nk);
@@ -547,10 +551,11 @@ static void run_all(inv_io *io, const float *src, int nthreads) {
   eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
   eng_k_rope_bwd(dq, c.B, c.T, c.H, c.hd, 10000.0f);
 
-  size_t ne = (size_t)n * ff;
-  float *hh = take(io, ne), *dg = take(io, ne), *du = take(io, ne);
-  eng_k_swiglu_fwd(hh, y, dy, ne);
-  eng_k_swiglu_bwd(dg, du, IN(ne), y, dy, ne);
+  // y read as n/2 rows of [gate | up], ff each.
+  size_t ne = (size_t)n / 2 * ff;
+  float *hh = take(io, ne), *dgu = take(io, 2 * ne);
+  eng_k_swiglu_fwd(hh, y, n / 2, ff);
+  eng_k_swiglu_bwd(dgu, IN(ne), y, n / 2, ff);
 
   int32_t ids[600];
   for (int i = 0; i < n; i++) ids[i] = (i * 37) % 50;

@@ -1,18 +1,28 @@
 // SwiGLU gate of the Llama/Qwen MLP: h = silu(gate) · up, silu(g) = g/(1+e^−g)
 // (torch's formula). The backward follows torch's silu_backward:
 // dgate = (dh·up) · s · (1 + g·(1 − s)), s = 1/(1+e^−g).
+// gate and up come from one product with the stacked [gate; up] weights, so a
+// row of gu holds the ff gate values and then the ff up values.
 #include "kernels/kernels.h"
 
 #include <omp.h>
 
 #include "kernels/cpu/kmath.h"
 
-void eng_k_swiglu_fwd(float *h, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= ENG_K_PAR_MIN)
-  for (size_t i = 0; i < n; i++) h[i] = eng_km_swiglu(gate[i], up[i]);
+void eng_k_swiglu_fwd(float *h, const float *gu, int n, int ff) {
+#pragma omp parallel for schedule(static) if ((size_t)n * (size_t)ff >= ENG_K_PAR_MIN)
+  for (int i = 0; i < n; i++) {
+    const float *g = gu + (size_t)i * 2 * ff, *u = g + ff;
+    float *hi = h + (size_t)i * ff;
+    for (int j = 0; j < ff; j++) hi[j] = eng_km_swiglu(g[j], u[j]);
+  }
 }
 
-void eng_k_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= ENG_K_PAR_MIN)
-  for (size_t i = 0; i < n; i++) eng_km_swiglu_bwd(dh[i], gate[i], up[i], &dgate[i], &dup[i]);
+void eng_k_swiglu_bwd(float *dgu, const float *dh, const float *gu, int n, int ff) {
+#pragma omp parallel for schedule(static) if ((size_t)n * (size_t)ff >= ENG_K_PAR_MIN)
+  for (int i = 0; i < n; i++) {
+    const float *g = gu + (size_t)i * 2 * ff, *u = g + ff, *dhi = dh + (size_t)i * ff;
+    float *dg = dgu + (size_t)i * 2 * ff, *du = dg + ff;
+    for (int j = 0; j < ff; j++) eng_km_swiglu_bwd(dhi[j], g[j], u[j], &dg[j], &du[j]);
+  }
 }
