@@ -17,7 +17,9 @@
 #include "optim/adamw.h"
 #include "optim/adamw8.h"
 
-enum { MAX_NONFINITE_STREAK = 3, META_VERSION = 2 };
+// Version 3 moved the q/k/v biases behind the three weights in a layer shard;
+// a version 2 checkpoint of a model without those biases has the same bytes.
+enum { MAX_NONFINITE_STREAK = 3, META_VERSION = 3 };
 
 struct eng_run {
   eng_spec spec;          // strings below are owned copies
@@ -438,7 +440,12 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
   int64_t mt[META_COUNT], want[META_COUNT];
   if ((rc = st->ckpt_get(st->ctx, step, "meta", mt, sizeof mt, e))) return rc;
   meta_fill(r, want);
-  if (mt[META_MAGIC] != META_MAGIC_VALUE || mt[META_VER] != META_VERSION)
+  int same_layout = mt[META_VER] == META_VERSION || (mt[META_VER] == 2 && mt[META_ARCH] != ENG_ARCH_QWEN2);
+  if (mt[META_MAGIC] == META_MAGIC_VALUE && mt[META_VER] == 2 && !same_layout)
+    return eng_err_set(e, ENG_EINVAL, "checkpoint at step %lld: written by an older traind whose qwen2 layer "
+                       "layout this version does not read; export it with that version and import the model",
+                       (long long)step);
+  if (mt[META_MAGIC] != META_MAGIC_VALUE || !same_layout)
     return eng_err_set(e, ENG_EINVAL, "checkpoint at step %lld: unknown format (magic %llx, version %lld)",
                        (long long)step, (unsigned long long)mt[META_MAGIC], (long long)mt[META_VER]);
   for (int i = META_VOCAB; i < META_COUNT; i++)

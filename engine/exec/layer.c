@@ -83,8 +83,8 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
     eng_k_rmsnorm_fwd(a->q, a->rstdq, a->qpre, W(ENG_P_QNORM), n * H, hd, c->rms_eps);
     eng_k_rmsnorm_fwd(a->k, a->rstdk, a->kpre, W(ENG_P_KNORM), n * KV, hd, c->rms_eps);
   }
-  eng_k_rope_fwd(a->q, B, T, H, hd, c->rope_theta);
-  eng_k_rope_fwd(a->k, B, T, KV, hd, c->rope_theta);
+  eng_k_rope_fwd(a->q, qd, B, T, H, hd, c->rope_theta);
+  eng_k_rope_fwd(a->k, kvd, B, T, KV, hd, c->rope_theta);
   eng_k_attention_fwd(a->att, a->lse, a->q, a->k, a->v, B, T, H, KV, hd);
   // o projection lands in y, then the residual makes xmid.
   eng_k_linear_fwd(y, a->att, W(ENG_P_WO), NULL, n, qd, d);
@@ -115,8 +115,8 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
   eng_k_linear_bwd(s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0);
   eng_k_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, B, T, H,
                       KV, hd);
-  eng_k_rope_bwd(s->dq, B, T, H, hd, c->rope_theta);
-  eng_k_rope_bwd(s->dk, B, T, KV, hd, c->rope_theta);
+  eng_k_rope_bwd(s->dq, qd, B, T, H, hd, c->rope_theta);
+  eng_k_rope_bwd(s->dk, kvd, B, T, KV, hd, c->rope_theta);
   if (c->qk_norm) { // back through the per-head norms; datt is free to hold dq_pre
     eng_k_rmsnorm_bwd(s->datt, DW(ENG_P_QNORM), s->dq, NULL, a->qpre, W(ENG_P_QNORM), a->rstdq, n * H, hd);
     memcpy(s->dq, s->datt, sizeof(float) * (size_t)n * qd);

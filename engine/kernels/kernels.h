@@ -34,12 +34,21 @@ void eng_k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, in
 // (dres may be dx itself: accumulate); dw[d] += (may be NULL).
 void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *dres, const float *x, const float *w,
                        const float *rstd, int n, int d);
+// The same norm over each of the heads vectors of hd in a row (Qwen3's q/k
+// norms, one weight w[hd] for all heads): row i of x starts at x + i·ldx, of y
+// at y + i·ldy; rstd[n·heads]. bwd writes dx laid out like x (ldx) from dy
+// (ldy); dw[hd] +=.
+void eng_k_headnorm_fwd(float *y, int ldy, float *rstd, const float *x, int ldx, const float *w, int n, int heads,
+                        int hd, float eps);
+void eng_k_headnorm_bwd(float *dx, float *dw, const float *dy, int ldy, const float *x, int ldx, const float *w,
+                        const float *rstd, int n, int heads, int hd);
 
-// Rotary embedding in place on x[B*T, heads, hd], position = row % T, the
-// rotate-half convention of Llama/Qwen: pairs (i, i + hd/2),
-// inv_freq[i] = theta^(-2i/hd). bwd applies the inverse rotation to dx.
-void eng_k_rope_fwd(float *x, int B, int T, int heads, int hd, float theta);
-void eng_k_rope_bwd(float *dx, int B, int T, int heads, int hd, float theta);
+// Rotary embedding in place on x[B*T, heads, hd] whose rows (tokens) are ld
+// floats apart (ld >= heads*hd), position = row % T, the rotate-half
+// convention of Llama/Qwen: pairs (i, i + hd/2), inv_freq[i] =
+// theta^(-2i/hd). bwd applies the inverse rotation to dx.
+void eng_k_rope_fwd(float *x, int ld, int B, int T, int heads, int hd, float theta);
+void eng_k_rope_bwd(float *dx, int ld, int B, int T, int heads, int hd, float theta);
 
 // Largest head dim of the attention and rope kernels (their tile buffers live
 // on the stack); a model config with a larger head_dim must be refused.

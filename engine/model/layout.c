@@ -40,11 +40,13 @@ void eng_layout_init(eng_layout *lo, const eng_config *c) {
   eng_tensor *p = lo->layer_proto;
   size_t off = 0;
   off = place(&p[ENG_P_ATTN_NORM], off, d, 0, 1);
+  // q, k, v weights back to back and then their biases: the cpu layer
+  // multiplies by them as one [H·hd + 2·KV·hd, d] matrix (exec/layer.c).
   off = place(&p[ENG_P_WQ], off, q, d, 1);
-  off = place(&p[ENG_P_BQ], off, q, 0, c->qkv_bias);
   off = place(&p[ENG_P_WK], off, kv, d, 1);
-  off = place(&p[ENG_P_BK], off, kv, 0, c->qkv_bias);
   off = place(&p[ENG_P_WV], off, kv, d, 1);
+  off = place(&p[ENG_P_BQ], off, q, 0, c->qkv_bias);
+  off = place(&p[ENG_P_BK], off, kv, 0, c->qkv_bias);
   off = place(&p[ENG_P_BV], off, kv, 0, c->qkv_bias);
   off = place(&p[ENG_P_QNORM], off, hd, 0, c->qk_norm);
   off = place(&p[ENG_P_KNORM], off, hd, 0, c->qk_norm);

@@ -119,14 +119,14 @@ static void check_rope(int B, int T, int heads, int hd, float theta) {
   K_OK(eng_cuda_rope_fwd(dx, B, T, heads, hd, theta, st, &err));
   float *ref = malloc(n * 4);
   memcpy(ref, x, n * 4);
-  eng_k_rope_fwd(ref, B, T, heads, hd, theta);
+  eng_k_rope_fwd(ref, heads * hd, B, T, heads, hd, theta);
   float *g = dev_bf16_to_host(dx, n);
   // sinf/cosf may differ by an ulp, which can move a rounding by one bf16 step.
   rel_err_f("fwd (1 eps)", g, ref, n, BF16_EPS);
   to_dev(dx, xh, n * 2);
   K_OK(eng_cuda_rope_bwd(dx, B, T, heads, hd, theta, st, &err));
   memcpy(ref, x, n * 4);
-  eng_k_rope_bwd(ref, B, T, heads, hd, theta);
+  eng_k_rope_bwd(ref, heads * hd, B, T, heads, hd, theta);
   free(g);
   g = dev_bf16_to_host(dx, n);
   rel_err_f("bwd (1 eps)", g, ref, n, BF16_EPS);

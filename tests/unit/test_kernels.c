@@ -214,6 +214,34 @@ static void test_rmsnorm(int n, int d) {
       free(rr), free(rdx), free(rdxa), free(rdw);
 }
 
+// The q/k norm: heads vectors of hd per row, rows ldx floats apart inside a
+// wider buffer (the fused q|k|v output). Must give the bits of the plain norm
+// over the [n·heads, hd] rows, and leave the rest of each row alone.
+static void test_headnorm(int n, int heads, int hd, int ldx) {
+  printf("headnorm n=%d heads=%d hd=%d ldx=%d\n", n, heads, hd, ldx);
+  const float eps = 1e-6f;
+  size_t nv = (size_t)n * heads, w_ = (size_t)heads * hd;
+  float *x = frandn(nv * hd, 2.0f), *w = frandn((size_t)hd, 1.0f), *dy = frandn(nv * hd, 1.0f);
+  float *y = falloc(nv * hd), *rstd = falloc(nv), *dx = falloc(nv * hd), *dw = falloc((size_t)hd);
+  float *xs = falloc((size_t)n * ldx), *dxs = falloc((size_t)n * ldx), *ys = falloc(nv * hd), *rs = falloc(nv);
+  float *dws = falloc((size_t)hd);
+  memset(dw, 0, sizeof(float) * hd), memset(dws, 0, sizeof(float) * hd);
+  for (size_t i = 0; i < (size_t)n * ldx; i++) xs[i] = -1.0f, dxs[i] = -2.0f;
+  for (int i = 0; i < n; i++) memcpy(xs + (size_t)i * ldx, x + i * w_, sizeof(float) * w_);
+  eng_k_rmsnorm_fwd(y, rstd, x, w, (int)nv, hd, eps);
+  eng_k_rmsnorm_bwd(dx, dw, dy, NULL, x, w, rstd, (int)nv, hd);
+  eng_k_headnorm_fwd(ys, (int)w_, rs, xs, ldx, w, n, heads, hd, eps);
+  eng_k_headnorm_bwd(dxs, dws, dy, (int)w_, xs, ldx, w, rs, n, heads, hd);
+  CHECK(!memcmp(y, ys, sizeof(float) * nv * hd) && !memcmp(rstd, rs, sizeof(float) * nv), "headnorm fwd differs");
+  CHECK(!memcmp(dw, dws, sizeof(float) * hd), "headnorm dw differs");
+  for (int i = 0; i < n; i++) {
+    CHECK(!memcmp(dx + i * w_, dxs + (size_t)i * ldx, sizeof(float) * w_), "headnorm dx row %d differs", i);
+    for (int j = (int)w_; j < ldx; j++) CHECK(dxs[(size_t)i * ldx + j] == -2.0f, "headnorm wrote past row %d", i);
+  }
+  free(x), free(w), free(dy), free(y), free(rstd), free(dx), free(dw), free(xs), free(dxs), free(ys), free(rs),
+      free(dws);
+}
+
 // ---- rope ------------------------------------------------------------------
 
 // Reference rotation in double, with inv_freq and the angle rounded to fp32
@@ -239,8 +267,8 @@ static void test_rope(int B, int T, int heads, int hd, float theta) {
   size_t n = (size_t)B * T * heads * hd;
   float *x = frandn(n, 1.0f), *y = fcopy(x, n), *dy = frandn(n, 1.0f), *dx = fcopy(dy, n);
   double *ry = dalloc(n), *rdx = dalloc(n);
-  eng_k_rope_fwd(y, B, T, heads, hd, theta);
-  eng_k_rope_bwd(dx, B, T, heads, hd, theta);
+  eng_k_rope_fwd(y, heads * hd, B, T, heads, hd, theta);
+  eng_k_rope_bwd(dx, heads * hd, B, T, heads, hd, theta);
   rope_ref(ry, x, B, T, heads, hd, theta, 0);
   rope_ref(rdx, dy, B, T, heads, hd, theta, 1);
   expect_close("rope fwd", y, ry, n, TOL_FWD);
@@ -249,7 +277,19 @@ static void test_rope(int B, int T, int heads, int hd, float theta) {
   double l = 0.0, r = 0.0;
   for (size_t i = 0; i < n; i++) l += (double)y[i] * dy[i], r += (double)x[i] * dx[i];
   CHECK(fabs(l - r) <= 1e-5 * (fabs(l) + 1.0), "rope: <Rx,dy> = %.9g but <x,Rᵀdy> = %.9g", l, r);
-  free(x), free(y), free(dy), free(dx), free(ry), free(rdx);
+  // Rows ld = heads·hd + 3 apart (a view into a wider row): the same bits, and
+  // the 3 floats between rows untouched.
+  int w = heads * hd, ld = w + 3;
+  size_t rows = (size_t)B * T;
+  float *z = falloc(rows * ld);
+  for (size_t i = 0; i < rows * ld; i++) z[i] = (float)i;
+  for (size_t i = 0; i < rows; i++) memcpy(z + i * ld, x + i * w, sizeof(float) * w);
+  eng_k_rope_fwd(z, ld, B, T, heads, hd, theta);
+  for (size_t i = 0; i < rows; i++) {
+    CHECK(!memcmp(z + i * ld, y + i * w, sizeof(float) * w), "rope with ld %d: row %zu differs", ld, i);
+    for (int j = w; j < ld; j++) CHECK(z[i * ld + j] == (float)(i * ld + j), "rope with ld %d wrote past row %zu", ld, i);
+  }
+  free(x), free(y), free(dy), free(dx), free(ry), free(rdx), free(z);
 }
 
 // ---- attention -------------------------------------------------------------
@@ -543,13 +583,13 @@ static void run_all(inv_io *io, const float *src, int nthreads) {
   float *q = take(io, nq), *k = take(io, nk);
   memcpy(q, IN(nq), sizeof(float) * nq), memcpy(k, IN(nk), sizeof(float) * nk);
   const float *v = IN(nk), *dout = IN(nq);
-  eng_k_rope_fwd(q, c.B, c.T, c.H, c.hd, 10000.0f);
-  eng_k_rope_fwd(k, c.B, c.T, c.KV, c.hd, 10000.0f);
+  eng_k_rope_fwd(q, c.H * c.hd, c.B, c.T, c.H, c.hd, 10000.0f);
+  eng_k_rope_fwd(k, c.KV * c.hd, c.B, c.T, c.KV, c.hd, 10000.0f);
   float *out = take(io, nq), *lse = take(io, (size_t)c.B * c.H * c.T);
   float *dq = take(io, nq), *dk = take(io, nk), *dv = take(io, nk);
   eng_k_attention_fwd(out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
   eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
-  eng_k_rope_bwd(dq, c.B, c.T, c.H, c.hd, 10000.0f);
+  eng_k_rope_bwd(dq, c.H * c.hd, c.B, c.T, c.H, c.hd, 10000.0f);
 
   // y read as n/2 rows of [gate | up], ff each.
   size_t ne = (size_t)n / 2 * ff;
@@ -597,6 +637,7 @@ int main(void) {
   test_linear(5, 64, 48, 0);
   test_rmsnorm(7, 50);
   test_rmsnorm(130, 200);
+  test_headnorm(300, 4, 32, 4 * 32 + 2 * 2 * 32);
   test_rope(2, 13, 3, 10, 10000.0f);
   test_rope(1, 70, 2, 64, 1000000.0f);
   test_attention((att_case){2, 70, 4, 2, 24});

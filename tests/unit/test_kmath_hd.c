@@ -146,7 +146,7 @@ static void check_rope(void) {
   float *x = malloc(sizeof(float) * T * HD), *ref = malloc(sizeof(float) * T * HD);
   for (int i = 0; i < T * HD; i++) x[i] = frand(2.0f);
   memcpy(ref, x, sizeof(float) * T * HD);
-  eng_k_rope_fwd(ref, 1, T, 1, HD, 10000.0f);
+  eng_k_rope_fwd(ref, HD, 1, T, 1, HD, 10000.0f);
   double worst_f = 0, worst_x = 0;
   for (int i = 0; i < HD / 2; i++) {
     float f = eng_km_rope_inv_freq(i, HD, 10000.0f);

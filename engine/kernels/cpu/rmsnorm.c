@@ -1,6 +1,10 @@
 // RMSNorm as transformers computes it: var = mean(x²) taken in fp32,
 // xhat = x · (1/sqrt(var + eps)), y = w · xhat. The sum of squares runs in
 // double and is rounded once, so var is the fp32 value of the exact mean.
+//
+// One implementation serves the model's norms over d_model (a row is a
+// vector) and Qwen3's q/k norms (a row holds heads vectors of hd, read from
+// the fused q|k|v projection, so rows are further apart than they are wide).
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -9,13 +13,21 @@
 
 #include "kernels/cpu/kmath.h"
 
-void eng_k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int n, int d, float eps) {
-#pragma omp parallel for schedule(static) if ((size_t)n * (size_t)d >= ENG_K_PAR_MIN)
-  for (int i = 0; i < n; i++) {
-    const float *xi = x + (size_t)i * d;
-    float *yi = y + (size_t)i * d;
+// Vector v of n rows × g groups: row v / g, group v % g, d values from
+// base + row·ld + group·d.
+static inline size_t vec_off(int v, int g, int d, size_t ld) {
+  return (size_t)(v / g) * ld + (size_t)(v % g) * d;
+}
+
+static void norm_fwd(float *y, size_t ldy, float *rstd, const float *x, size_t ldx, const float *w, int n, int g,
+                     int d, float eps) {
+  int nv = n * g;
+#pragma omp parallel for schedule(static) if ((size_t)nv * (size_t)d >= ENG_K_PAR_MIN)
+  for (int v = 0; v < nv; v++) {
+    const float *xi = x + vec_off(v, g, d, ldx);
+    float *yi = y + vec_off(v, g, d, ldy);
     float r = eng_km_rms_rstd(eng_k_sumsq_row(xi, (size_t)d), d, eps);
-    rstd[i] = r;
+    rstd[v] = r;
     for (int j = 0; j < d; j++) yi[j] = eng_km_rms_y(xi[j], r, w[j]);
   }
 }
@@ -32,38 +44,47 @@ static double dot_dxhat_xhat(const float *dy, const float *w, const float *x, fl
 
 // dx = r·(dxhat − xhat·mean(dxhat∘xhat)) with dxhat = dy∘w (eng_km_rms_dx),
 // plus dres when given (the residual's gradient, added in the same pass).
-// dw[j] += Σ_i dy[i][j]·xhat[i][j], summed in double over DW_CHUNKS fixed row
-// ranges (each over its rows in order) that are then added in range order:
-// the ranges give both threads work when d has few column blocks (the q/k
-// norms have hd columns), and nothing depends on how many threads there are.
+// dw[j] += Σ_v dy[v][j]·xhat[v][j], summed in double over DW_CHUNKS fixed
+// ranges of vectors (each over its vectors in order) that are then added in
+// range order: the ranges give both threads work when d has few column blocks
+// (the q/k norms have hd columns), and nothing depends on the thread count.
 enum { DW_COLS = 64, DW_CHUNKS = 8 };
 
-static void dw_chunk(double *acc, const float *dy, const float *x, const float *rstd, int r0, int r1, int d,
-                     int j0, int m) {
+typedef struct bwd_io {
+  const float *dy, *x, *rstd;
+  size_t ldy, ldx;
+  int g, d;
+} bwd_io;
+
+static void dw_chunk(double *acc, const bwd_io *io, int v0, int v1, int j0, int m) {
   for (int j = 0; j < m; j++) acc[j] = 0.0;
-  for (int i = r0; i < r1; i++) {
-    const float *xi = x + (size_t)i * d + j0, *dyi = dy + (size_t)i * d + j0;
-    float r = rstd[i];
+  for (int v = v0; v < v1; v++) {
+    const float *xi = io->x + vec_off(v, io->g, io->d, io->ldx) + j0;
+    const float *dyi = io->dy + vec_off(v, io->g, io->d, io->ldy) + j0;
+    float r = io->rstd[v];
     for (int j = 0; j < m; j++) acc[j] += eng_km_rms_dw_term(dyi[j], xi[j], r);
   }
 }
 
-void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *dres, const float *x, const float *w,
-                       const float *rstd, int n, int d) {
-  int nblk = (d + DW_COLS - 1) / DW_COLS;
+// dx and dres are laid out like x (ldx); dy has its own ldy.
+static void norm_bwd(float *dx, float *dw, const float *dy, size_t ldy, const float *dres, const float *x,
+                     size_t ldx, const float *w, const float *rstd, int n, int g, int d) {
+  const bwd_io io = {dy, x, rstd, ldy, ldx, g, d};
+  int nv = n * g, nblk = (d + DW_COLS - 1) / DW_COLS;
   double *part = dw ? malloc(sizeof(double) * DW_CHUNKS * (size_t)nblk * DW_COLS) : NULL;
   if (dw && !part) abort(); // a few KiB: out of memory here is not recoverable
-#pragma omp parallel if ((size_t)n * (size_t)d >= ENG_K_PAR_MIN)
+#pragma omp parallel if ((size_t)nv * (size_t)d >= ENG_K_PAR_MIN)
   {
     if (dx) {
 #pragma omp for schedule(static) nowait
-      for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * d, *dyi = dy + (size_t)i * d;
-        float *dxi = dx + (size_t)i * d;
-        float r = rstd[i];
+      for (int v = 0; v < nv; v++) {
+        size_t ox = vec_off(v, g, d, ldx);
+        const float *xi = x + ox, *dyi = dy + vec_off(v, g, d, ldy);
+        float *dxi = dx + ox;
+        float r = rstd[v];
         float c = eng_km_rms_c(dot_dxhat_xhat(dyi, w, xi, r, d), d);
         if (dres) {
-          const float *ri = dres + (size_t)i * d;
+          const float *ri = dres + ox;
           for (int j = 0; j < d; j++) dxi[j] = ri[j] + eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
         } else {
           for (int j = 0; j < d; j++) dxi[j] = eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
@@ -75,8 +96,8 @@ void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *dres,
       for (int it = 0; it < nblk * DW_CHUNKS; it++) {
         int blk = it / DW_CHUNKS, ch = it % DW_CHUNKS, j0 = blk * DW_COLS;
         int m = d - j0 < DW_COLS ? d - j0 : DW_COLS;
-        int r0 = (int)((long long)n * ch / DW_CHUNKS), r1 = (int)((long long)n * (ch + 1) / DW_CHUNKS);
-        dw_chunk(part + (size_t)it * DW_COLS, dy, x, rstd, r0, r1, d, j0, m);
+        int v0 = (int)((long long)nv * ch / DW_CHUNKS), v1 = (int)((long long)nv * (ch + 1) / DW_CHUNKS);
+        dw_chunk(part + (size_t)it * DW_COLS, &io, v0, v1, j0, m);
       }
 #pragma omp for schedule(static)
       for (int blk = 0; blk < nblk; blk++) {
@@ -90,4 +111,23 @@ void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *dres,
     }
   }
   free(part);
+}
+
+void eng_k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int n, int d, float eps) {
+  norm_fwd(y, (size_t)d, rstd, x, (size_t)d, w, n, 1, d, eps);
+}
+
+void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *dres, const float *x, const float *w,
+                       const float *rstd, int n, int d) {
+  norm_bwd(dx, dw, dy, (size_t)d, dres, x, (size_t)d, w, rstd, n, 1, d);
+}
+
+void eng_k_headnorm_fwd(float *y, int ldy, float *rstd, const float *x, int ldx, const float *w, int n, int heads,
+                        int hd, float eps) {
+  norm_fwd(y, (size_t)ldy, rstd, x, (size_t)ldx, w, n, heads, hd, eps);
+}
+
+void eng_k_headnorm_bwd(float *dx, float *dw, const float *dy, int ldy, const float *x, int ldx, const float *w,
+                        const float *rstd, int n, int heads, int hd) {
+  norm_bwd(dx, dw, dy, (size_t)ldy, NULL, x, (size_t)ldx, w, rstd, n, heads, hd);
 }

@@ -12,7 +12,7 @@
 // Rotates every head of every row at position t (all batches share the
 // angles, so cos/sin are computed once per position). sign = +1 applies the
 // rotation, −1 its inverse (the transpose), which is the backward.
-static void rotate(float *x, int B, int T, int heads, int hd, float theta, float sign) {
+static void rotate(float *x, int ld, int B, int T, int heads, int hd, float theta, float sign) {
   int h = hd / 2;
   float inv_freq[ENG_K_MAX_HD / 2];
   for (int i = 0; i < h; i++) inv_freq[i] = eng_km_rope_inv_freq(i, hd, theta);
@@ -26,7 +26,7 @@ static void rotate(float *x, int B, int T, int heads, int hd, float theta, float
     }
     for (int b = 0; b < B; b++)
       for (int k = 0; k < heads; k++) {
-        float *x1 = x + (((size_t)b * T + t) * heads + k) * hd, *x2 = x1 + h;
+        float *x1 = x + ((size_t)b * T + t) * ld + (size_t)k * hd, *x2 = x1 + h;
         for (int i = 0; i < h; i++) {
           float u = x1[i], v = x2[i];
           x1[i] = eng_km_rope_lo(u, v, c[i], s[i]);
@@ -36,10 +36,10 @@ static void rotate(float *x, int B, int T, int heads, int hd, float theta, float
   }
 }
 
-void eng_k_rope_fwd(float *x, int B, int T, int heads, int hd, float theta) {
-  rotate(x, B, T, heads, hd, theta, 1.0f);
+void eng_k_rope_fwd(float *x, int ld, int B, int T, int heads, int hd, float theta) {
+  rotate(x, ld, B, T, heads, hd, theta, 1.0f);
 }
 
-void eng_k_rope_bwd(float *dx, int B, int T, int heads, int hd, float theta) {
-  rotate(dx, B, T, heads, hd, theta, -1.0f);
+void eng_k_rope_bwd(float *dx, int ld, int B, int T, int heads, int hd, float theta) {
+  rotate(dx, ld, B, T, heads, hd, theta, -1.0f);
 }
