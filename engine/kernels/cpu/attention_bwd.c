@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdalign.h>
 
 // gcc's tuning for recent x86 prefers 256-bit vectors; the tile products run
 // twice as many FMAs per cycle at 512 where the -march has them (a no-op
@@ -23,13 +24,13 @@
 #include "kernels/cpu/kmath.h"
 #include "kernels/cpu/tile.h"
 
-enum { W = ENG_K_ATT_TILE };
+enum { W = ENG_K_ATT_TILE, JB = ENG_K_TILE_JB, RB = ENG_K_TILE_RB };
 
 // Per-thread buffers of one query tile.
 typedef struct bwd_tile {
-  float qT[ENG_K_MAX_HD * W], doT[ENG_K_MAX_HD * W]; // packed [hd][query]
-  float D[W], L[W];                                  // rowsum(dO∘O), lse
-  float pT[W * W], dsT[W * W];                       // [key][query]
+  alignas(64) float qT[ENG_K_MAX_HD * W], doT[ENG_K_MAX_HD * W]; // packed [hd][query]
+  alignas(64) float D[W], L[W];                                  // rowsum(dO∘O), lse
+  alignas(64) float pT[W * W], dsT[W * W];                       // [key][query]
 } bwd_tile;
 
 typedef struct bwd_args {
@@ -38,30 +39,72 @@ typedef struct bwd_args {
   float scale;
 } bwd_args;
 
-// Adds key tile kt's part of the gradients of query tile qt (packed in t):
-// dq points at row 0 of the query head, k, v, dk, dv at row 0 of its kv head,
-// q and dout at row i0 of the query tile.
-static void key_tile(bwd_tile *t, const bwd_args *a, float *dq, float *dk, float *dv, const float *q,
-                     const float *dout, const float *k, const float *v, int qt, int kt) {
-  int i0 = qt * W, m = a->T - i0 < W ? a->T - i0 : W;
-  int j0 = kt * W, n = a->T - j0 < W ? a->T - j0 : W;
-  const float *kj = k + (size_t)j0 * a->ks, *vj = v + (size_t)j0 * a->ks;
-  eng_k_tile_gemm(t->pT, W, kj, a->ks, 1, t->qT, W, n, a->hd, W, 0);   // Sᵀ[j][i]
-  eng_k_tile_gemm(t->dsT, W, vj, a->ks, 1, t->doT, W, n, a->hd, W, 0); // dPᵀ[j][i]
+// First query column of key row j that the diagonal tile computes: the
+// column block holding query j; the blocks left of it are all masked.
+static inline int diag_first_col(int j) { return j & ~(JB - 1); }
+
+// xT[j][i] = a_j · bT[.][i] for the n keys of the tile, leaving out the
+// wholly masked 8 × 32 blocks of the diagonal tile (never read).
+static void key_products(float *xT, const float *aj, size_t ks, const float *bT, int n, int hd, int diag) {
+  for (int r = 0; r < n; r += RB) {
+    int nq = n - r < RB ? n - r : RB;
+    for (int ib = diag ? diag_first_col(r) : 0; ib < W; ib += JB)
+      eng_k_tile_block_k(xT + (size_t)r * W + ib, W, aj + (size_t)r * ks, ks, 1, bT + ib, W, nq, 0, hd, 0);
+  }
+}
+
+// P and dS of the computed part of the tile; masked entries get 0 (what
+// attn_p gives a masked score), which the products below rely on.
+static void p_ds(bwd_tile *t, int n, int diag, float scale) {
   for (int j = 0; j < n; j++) {
     float *p = t->pT + (size_t)j * W, *ds = t->dsT + (size_t)j * W;
-    for (int i = 0; i < W; i++) {
-      // Only the diagonal tile (j0 == i0) has keys after the query.
-      float pij = qt == kt && j > i ? 0.0f : eng_km_attn_p(p[i], a->scale, t->L[i]);
+    for (int i = diag ? diag_first_col(j) : 0; i < W; i++) {
+      float pij = diag && j > i ? 0.0f : eng_km_attn_p(p[i], scale, t->L[i]);
       p[i] = pij;
-      ds[i] = eng_km_attn_ds(pij, ds[i], t->D[i], a->scale);
+      ds[i] = eng_km_attn_ds(pij, ds[i], t->D[i], scale);
     }
   }
-  // dv[j][c] += Σ_i Pᵀ[j][i]·dO[i][c] ; dk[j][c] += Σ_i dSᵀ[j][i]·Q[i][c]
-  eng_k_tile_gemm(dv + (size_t)j0 * a->ks, a->ks, t->pT, W, 1, dout, a->qs, n, m, a->hd, 1);
-  eng_k_tile_gemm(dk + (size_t)j0 * a->ks, a->ks, t->dsT, W, 1, q, a->qs, n, m, a->hd, 1);
+}
+
+// D = rowsum(dO∘O) and lse of the m queries of the tile (0 past them). Out
+// of line: inlined into the tile loop, gcc leaves the dot products scalar.
+static ENG_K_TILE_NOINLINE void query_stats(bwd_tile *t, const float *dout, const float *out, const float *lse,
+                                            size_t qs, int m, int hd) {
+  for (int i = 0; i < W; i++) {
+    t->D[i] = i < m ? eng_k_dot_row(dout + (size_t)i * qs, out + (size_t)i * qs, (size_t)hd) : 0.0f;
+    t->L[i] = i < m ? lse[i] : 0.0f;
+  }
+}
+
+// Adds key tile kt's part of the gradients of query tile qt (packed in t):
+// dq points at row 0 of the query head, k, v, dk, dv at row 0 of its kv head,
+// q and dout at row i0 of the query tile. On the diagonal tile each product
+// leaves out the k range where P or dS is 0 (a query before the key), which
+// keeps every chain's bits. acc_q/acc_kv: whether dq/dk,dv rows already hold
+// a sum (the first contribution starts from 0 instead, so nothing is zeroed).
+static void key_tile(bwd_tile *t, const bwd_args *a, float *dq, float *dk, float *dv, const float *q,
+                     const float *dout, const float *k, const float *v, int qt, int kt, int acc_q, int acc_kv) {
+  int i0 = qt * W, m = a->T - i0 < W ? a->T - i0 : W;
+  int j0 = kt * W, n = a->T - j0 < W ? a->T - j0 : W, diag = qt == kt, hd = a->hd;
+  const float *kj = k + (size_t)j0 * a->ks, *vj = v + (size_t)j0 * a->ks;
+  key_products(t->pT, kj, a->ks, t->qT, n, hd, diag);   // Sᵀ[j][i]
+  key_products(t->dsT, vj, a->ks, t->doT, n, hd, diag); // dPᵀ[j][i]
+  p_ds(t, n, diag, a->scale);
+  float *dvj = dv + (size_t)j0 * a->ks, *dkj = dk + (size_t)j0 * a->ks;
+  // dv[j][c] += Σ_i Pᵀ[j][i]·dO[i][c], then dk[j][c] += Σ_i dSᵀ[j][i]·Q[i][c]
+  // (one after the other: dk and dv rows alternating meet 4K aliasing).
+  for (int r = 0; r < n; r += RB)
+    eng_k_tile_rows(dvj + (size_t)r * a->ks, a->ks, t->pT + (size_t)r * W, W, 1, dout, a->qs, n - r < RB ? n - r : RB,
+                    diag ? r : 0, m, hd, acc_kv);
+  for (int r = 0; r < n; r += RB)
+    eng_k_tile_rows(dkj + (size_t)r * a->ks, a->ks, t->dsT + (size_t)r * W, W, 1, q, a->qs, n - r < RB ? n - r : RB,
+                    diag ? r : 0, m, hd, acc_kv);
   // dq[i][c] += Σ_j dSᵀ[j][i]·K[j][c]
-  eng_k_tile_gemm(dq + (size_t)i0 * a->qs, a->qs, t->dsT, 1, W, kj, a->ks, m, n, a->hd, 1);
+  float *dqi = dq + (size_t)i0 * a->qs;
+  for (int r = 0; r < m; r += RB) {
+    int nq = m - r < RB ? m - r : RB, k1 = diag && r + RB < n ? r + RB : n;
+    eng_k_tile_rows(dqi + (size_t)r * a->qs, a->qs, t->dsT + r, 1, W, kj, a->ks, nq, 0, k1, hd, acc_q);
+  }
 }
 
 void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
@@ -77,11 +120,6 @@ void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, con
     for (int it = 0; it < B * KV; it++) {
       int b = it / KV, g = it % KV;
       size_t qoff = (size_t)b * T * a.qs + (size_t)g * G * hd, koff = (size_t)b * T * a.ks + (size_t)g * hd;
-      for (int j = 0; j < T; j++) {
-        memset(dq + qoff + (size_t)j * a.qs, 0, sizeof(float) * (size_t)G * hd);
-        memset(dk + koff + (size_t)j * a.ks, 0, sizeof(float) * (size_t)hd);
-        memset(dv + koff + (size_t)j * a.ks, 0, sizeof(float) * (size_t)hd);
-      }
       for (int r = 0; r < G; r++) {
         size_t ho = qoff + (size_t)r * hd;
         const float *lse_h = lse + ((size_t)b * H + (size_t)g * G + r) * T;
@@ -90,12 +128,12 @@ void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, con
           size_t ro = ho + (size_t)i0 * a.qs;
           eng_k_tile_pack_t(t.qT, q + ro, a.qs, m, hd, W);
           eng_k_tile_pack_t(t.doT, dout + ro, a.qs, m, hd, W);
-          for (int i = 0; i < W; i++) {
-            t.D[i] = i < m ? eng_k_dot_row(dout + ro + (size_t)i * a.qs, out + ro + (size_t)i * a.qs, (size_t)hd) : 0.0f;
-            t.L[i] = i < m ? lse_h[i0 + i] : 0.0f;
-          }
+          query_stats(&t, dout + ro, out + ro, lse_h + i0, a.qs, m, hd);
+          // dq rows first meet key tile 0, dk/dv rows of tile kt first meet
+          // the first query head's diagonal tile.
           for (int kt = 0; kt <= qt; kt++)
-            key_tile(&t, &a, dq + ho, dk + koff, dv + koff, q + ro, dout + ro, k + koff, v + koff, qt, kt);
+            key_tile(&t, &a, dq + ho, dk + koff, dv + koff, q + ro, dout + ro, k + koff, v + koff, qt, kt, kt > 0,
+                     r > 0 || kt < qt);
         }
       }
     }

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdalign.h>
 
 // gcc's tuning for recent x86 prefers 256-bit vectors; the tile products run
 // twice as many FMAs per cycle at 512 where the -march has them (a no-op
@@ -18,44 +19,79 @@
 #include "kernels/cpu/kmath.h"
 #include "kernels/cpu/tile.h"
 
-enum { W = ENG_K_ATT_TILE };
+enum { W = ENG_K_ATT_TILE, JB = ENG_K_TILE_JB, RB = ENG_K_TILE_RB };
+
+// First query column of key row j that the diagonal tile computes: the
+// column block holding query j; the blocks left of it are all masked.
+static inline int diag_first_col(int j) { return j & ~(JB - 1); }
+
+// sT[j][i] = k_j · q_i for the n keys of the tile. On the diagonal tile the
+// 8-key × 32-query blocks whose first key is after their last query are
+// wholly masked and left out (the softmax never reads them).
+static void scores(float *sT, const float *kj, size_t ks, const float *qT, int n, int hd, int diag) {
+  for (int r = 0; r < n; r += RB) {
+    int nq = n - r < RB ? n - r : RB;
+    for (int ib = diag ? diag_first_col(r) : 0; ib < W; ib += JB)
+      eng_k_tile_block_k(sT + (size_t)r * W + ib, W, kj + (size_t)r * ks, ks, 1, qT + ib, W, nq, 0, hd, 0);
+  }
+}
+
+// Scales and masks the scores (as transformers does, after the dot), folds
+// them into the running max mn and turns them into weights p = osm_p(s, mn)
+// with their column sums; masked entries get p = 0, exactly what osm_p gives
+// a masked -inf, so they may as well be skipped.
+static void softmax_tile(float *restrict sT, int n, int diag, float scale, float *restrict mn, float *restrict rowsum) {
+  for (int j = 0; j < n; j++) {
+    float *s = sT + (size_t)j * W;
+    for (int i = diag ? diag_first_col(j) : 0; i < W; i++) {
+      float x = diag && j > i ? -INFINITY : s[i] * scale;
+      s[i] = x;
+      mn[i] = eng_km_osm_max(mn[i], x);
+    }
+  }
+  for (int i = 0; i < W; i++) rowsum[i] = 0.0f;
+  for (int j = 0; j < n; j++) {
+    float *s = sT + (size_t)j * W;
+    for (int i = diag ? diag_first_col(j) : 0; i < W; i++) {
+      s[i] = eng_km_osm_p(s[i], mn[i]);
+      rowsum[i] += s[i];
+    }
+  }
+}
+
+// oT[c][i] (= or += by acc) Σ_j v_j[c] · p[j][i]; on the diagonal tile the
+// keys after a 32-query block's last query have p = 0 and are left out.
+static void add_pv(float *oT, const float *vj, size_t ks, const float *pT, int n, int hd, int diag, int acc) {
+  for (int ib = 0; ib < W; ib += JB) {
+    int k1 = diag && ib + JB < n ? ib + JB : n;
+    for (int r = 0; r < hd; r += RB)
+      eng_k_tile_block_k(oT + (size_t)r * W + ib, W, vj + r, 1, ks, pT + ib, W, hd - r < RB ? hd - r : RB, 0, k1,
+                         acc);
+  }
+}
 
 // One (batch, head, query tile): out rows i0..i0+m, lse of those rows.
 static void query_tile(float *out, float *lse, const float *q, const float *k, const float *v,
                        int qt, int T, size_t qs, size_t ks, int hd, float scale) {
-  float qT[ENG_K_MAX_HD * W], oT[ENG_K_MAX_HD * W], sT[W * W];
-  float mx[W], l[W], mn[W], alpha[W], rowsum[W];
+  alignas(64) float qT[ENG_K_MAX_HD * W], oT[ENG_K_MAX_HD * W], sT[W * W];
+  alignas(64) float mx[W], l[W], mn[W], alpha[W], rowsum[W];
   int i0 = qt * W, m = T - i0 < W ? T - i0 : W;
   eng_k_tile_pack_t(qT, q + (size_t)i0 * qs, qs, m, hd, W);
-  memset(oT, 0, sizeof(float) * (size_t)hd * W);
   for (int i = 0; i < W; i++) mx[i] = -INFINITY, l[i] = 0.0f;
   for (int t = 0; t <= qt; t++) {
-    int j0 = t * W, n = T - j0 < W ? T - j0 : W;
-    // sT[j][i] = k_j · q_i, then scaled as transformers does (after the dot).
-    eng_k_tile_gemm(sT, W, k + (size_t)j0 * ks, ks, 1, qT, W, n, hd, W, 0);
-    for (int i = 0; i < W; i++) mn[i] = mx[i], rowsum[i] = 0.0f;
-    for (int j = 0; j < n; j++) {
-      float *s = sT + (size_t)j * W;
-      for (int i = 0; i < W; i++) {
-        // Only the diagonal tile has keys after the query (j0 == i0 there).
-        float x = t == qt && j > i ? -INFINITY : s[i] * scale;
-        s[i] = x;
-        mn[i] = eng_km_osm_max(mn[i], x);
-      }
+    int j0 = t * W, n = T - j0 < W ? T - j0 : W, diag = t == qt;
+    scores(sT, k + (size_t)j0 * ks, ks, qT, n, hd, diag);
+    for (int i = 0; i < W; i++) mn[i] = mx[i];
+    softmax_tile(sT, n, diag, scale, mn, rowsum);
+    for (int i = 0; i < W; i++) {
+      alpha[i] = eng_km_osm_alpha(mx[i], mn[i]);
+      l[i] = eng_km_osm_sum(l[i], alpha[i], rowsum[i]), mx[i] = mn[i];
     }
-    for (int i = 0; i < W; i++) alpha[i] = eng_km_osm_alpha(mx[i], mn[i]);
-    for (int j = 0; j < n; j++) {
-      float *s = sT + (size_t)j * W;
-      for (int i = 0; i < W; i++) {
-        s[i] = eng_km_osm_p(s[i], mn[i]);
-        rowsum[i] += s[i];
-      }
-    }
-    for (int i = 0; i < W; i++) l[i] = eng_km_osm_sum(l[i], alpha[i], rowsum[i]), mx[i] = mn[i];
-    for (int c = 0; c < hd; c++)
-      for (int i = 0; i < W; i++) oT[(size_t)c * W + i] *= alpha[i];
-    // oT[c][i] += Σ_j v_j[c] · p[i][j]
-    eng_k_tile_gemm(oT, W, v + (size_t)j0 * ks, 1, ks, sT, W, hd, n, W, 1);
+    // The first tile's alpha is 0 and oT empty: its product starts from 0.
+    if (t > 0)
+      for (int c = 0; c < hd; c++)
+        for (int i = 0; i < W; i++) oT[(size_t)c * W + i] *= alpha[i];
+    add_pv(oT, v + (size_t)j0 * ks, ks, sT, n, hd, diag, t > 0);
   }
   for (int c = 0; c < hd; c++)
     for (int i = 0; i < W; i++) oT[(size_t)c * W + i] /= l[i];
