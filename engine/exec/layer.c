@@ -11,14 +11,14 @@ size_t eng_layer_acts_floats(const eng_config *c, int B, int T) {
   size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
   size_t kvd = (size_t)c->n_kv_heads * c->head_dim, ff = c->d_ff;
   size_t qk = c->qk_norm ? n * (qd + kvd) + n * (c->n_heads + c->n_kv_heads) : 0;
-  return n * d * 3 + n * 2 + qk + n * (qd + 2 * kvd) + n * qd + (size_t)B * c->n_heads * T +
-         n * ff * 3;
+  return n * d * 3 + n * 2 + n * (qd + 2 * kvd) + qk + n * qd + (size_t)B * c->n_heads * T + n * ff * 3;
 }
 
 size_t eng_layer_scratch_floats(const eng_config *c, int B, int T) {
   size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
   size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
-  return n * c->d_ff * 3 + n * d * 2 + n * qd * 2 + n * kvd * 2;
+  size_t qk = c->qk_norm ? n * (qd + kvd) : 0;
+  return n * c->d_ff * 3 + n * d * 2 + n * qd + n * (qd + 2 * kvd) + qk;
 }
 
 static float *take(float **p, size_t n) {
@@ -33,15 +33,17 @@ void eng_layer_acts_bind(eng_layer_acts *a, float *p, const eng_config *c, int B
   memset(a, 0, sizeof *a);
   a->xn1 = take(&p, n * d);
   a->rstd1 = take(&p, n);
+  a->qkv = take(&p, n * (qd + 2 * kvd));
+  // Without q/k norms RoPE turns the projection's q and k into attention's
+  // inputs in place; with them, the norms write q and k out of it.
+  a->ldq = a->ldk = a->ldv = (int)(qd + 2 * kvd);
+  a->q = a->qkv, a->k = a->qkv + qd, a->v = a->qkv + qd + kvd;
   if (c->qk_norm) {
-    a->qpre = take(&p, n * qd);
-    a->kpre = take(&p, n * kvd);
+    a->q = take(&p, n * qd), a->ldq = (int)qd;
+    a->k = take(&p, n * kvd), a->ldk = (int)kvd;
     a->rstdq = take(&p, n * c->n_heads);
     a->rstdk = take(&p, n * c->n_kv_heads);
   }
-  a->q = take(&p, n * qd);
-  a->k = take(&p, n * kvd);
-  a->v = take(&p, n * kvd);
   a->att = take(&p, n * qd);
   a->lse = take(&p, (size_t)B * c->n_heads * T);
   a->xmid = take(&p, n * d);
@@ -59,9 +61,12 @@ void eng_layer_scratch_bind(eng_layer_scratch *s, float *p, const eng_config *c,
   s->dxn = take(&p, n * d);
   s->dxmid = take(&p, n * d);
   s->datt = take(&p, n * qd);
-  s->dq = take(&p, n * qd);
-  s->dk = take(&p, n * kvd);
-  s->dv = take(&p, n * kvd);
+  s->dqkv = take(&p, n * (qd + 2 * kvd));
+  // Attention's gradients land where the fused projection's backward reads
+  // them, except q's and k's when the norms stand between (then laid out like
+  // the acts' q and k).
+  s->dq = s->dqkv, s->dk = s->dqkv + qd, s->dv = s->dqkv + qd + kvd;
+  if (c->qk_norm) s->dq = take(&p, n * qd), s->dk = take(&p, n * kvd);
 }
 
 static void add_into(float *y, const float *a, const float *b, size_t n) {
@@ -72,20 +77,18 @@ static void add_into(float *y, const float *a, const float *b, size_t n) {
 void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, const float *x,
                    float *y, int B, int T, eng_layer_acts *a) {
   const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
-  const int qd = H * hd, kvd = KV * hd, ff = c->d_ff;
+  const int qd = H * hd, kvd = KV * hd, qkvd = qd + 2 * kvd, ff = c->d_ff;
 
   eng_k_rmsnorm_fwd(a->xn1, a->rstd1, x, W(ENG_P_ATTN_NORM), n, d, c->rms_eps);
-  float *q = c->qk_norm ? a->qpre : a->q, *k = c->qk_norm ? a->kpre : a->k;
-  eng_k_linear_fwd(q, a->xn1, W(ENG_P_WQ), W(ENG_P_BQ), n, d, qd);
-  eng_k_linear_fwd(k, a->xn1, W(ENG_P_WK), W(ENG_P_BK), n, d, kvd);
-  eng_k_linear_fwd(a->v, a->xn1, W(ENG_P_WV), W(ENG_P_BV), n, d, kvd);
+  // q, k and v as one product: the layout stacks their weights and biases.
+  eng_k_linear_fwd(a->qkv, a->xn1, W(ENG_P_WQ), W(ENG_P_BQ), n, d, qkvd);
   if (c->qk_norm) { // Qwen3: RMSNorm over each head's hd values, before RoPE
-    eng_k_rmsnorm_fwd(a->q, a->rstdq, a->qpre, W(ENG_P_QNORM), n * H, hd, c->rms_eps);
-    eng_k_rmsnorm_fwd(a->k, a->rstdk, a->kpre, W(ENG_P_KNORM), n * KV, hd, c->rms_eps);
+    eng_k_headnorm_fwd(a->q, a->ldq, a->rstdq, a->qkv, qkvd, W(ENG_P_QNORM), n, H, hd, c->rms_eps);
+    eng_k_headnorm_fwd(a->k, a->ldk, a->rstdk, a->qkv + qd, qkvd, W(ENG_P_KNORM), n, KV, hd, c->rms_eps);
   }
-  eng_k_rope_fwd(a->q, qd, B, T, H, hd, c->rope_theta);
-  eng_k_rope_fwd(a->k, kvd, B, T, KV, hd, c->rope_theta);
-  eng_k_attention_fwd(a->att, a->lse, a->q, a->k, a->v, B, T, H, KV, hd);
+  eng_k_rope_fwd(a->q, a->ldq, B, T, H, hd, c->rope_theta);
+  eng_k_rope_fwd(a->k, a->ldk, B, T, KV, hd, c->rope_theta);
+  eng_k_attention_fwd(a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv, B, T, H, KV, hd);
   // o projection lands in y, then the residual makes xmid.
   eng_k_linear_fwd(y, a->att, W(ENG_P_WO), NULL, n, qd, d);
   add_into(a->xmid, x, y, (size_t)n * d);
@@ -102,7 +105,7 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
                    const float *x, const eng_layer_acts *a, const float *dy, float *dx,
                    int B, int T, eng_layer_scratch *s) {
   const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
-  const int qd = H * hd, kvd = KV * hd, ff = c->d_ff;
+  const int qd = H * hd, kvd = KV * hd, qkvd = qd + 2 * kvd, ff = c->d_ff;
 
   // MLP: y = xmid + down(silu(gate) * up), gate/up = proj(norm2(xmid)).
   eng_k_linear_bwd(s->dh, DW(ENG_P_WDOWN), NULL, dy, a->hact, W(ENG_P_WDOWN), n, ff, d, 0);
@@ -113,18 +116,15 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
 
   // Attention: xmid = x + o(attn(rope(qk_norm(proj(norm1(x)))))).
   eng_k_linear_bwd(s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0);
-  eng_k_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, B, T, H,
-                      KV, hd);
-  eng_k_rope_bwd(s->dq, qd, B, T, H, hd, c->rope_theta);
-  eng_k_rope_bwd(s->dk, kvd, B, T, KV, hd, c->rope_theta);
-  if (c->qk_norm) { // back through the per-head norms; datt is free to hold dq_pre
-    eng_k_rmsnorm_bwd(s->datt, DW(ENG_P_QNORM), s->dq, NULL, a->qpre, W(ENG_P_QNORM), a->rstdq, n * H, hd);
-    memcpy(s->dq, s->datt, sizeof(float) * (size_t)n * qd);
-    eng_k_rmsnorm_bwd(s->datt, DW(ENG_P_KNORM), s->dk, NULL, a->kpre, W(ENG_P_KNORM), a->rstdk, n * KV, hd);
-    memcpy(s->dk, s->datt, sizeof(float) * (size_t)n * kvd);
+  eng_k_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv,
+                      B, T, H, KV, hd);
+  eng_k_rope_bwd(s->dq, a->ldq, B, T, H, hd, c->rope_theta);
+  eng_k_rope_bwd(s->dk, a->ldk, B, T, KV, hd, c->rope_theta);
+  if (c->qk_norm) { // back through the per-head norms, into the fused gradient
+    eng_k_headnorm_bwd(s->dqkv, DW(ENG_P_QNORM), s->dq, qd, a->qkv, qkvd, W(ENG_P_QNORM), a->rstdq, n, H, hd);
+    eng_k_headnorm_bwd(s->dqkv + qd, DW(ENG_P_KNORM), s->dk, kvd, a->qkv + qd, qkvd, W(ENG_P_KNORM), a->rstdk, n,
+                       KV, hd);
   }
-  eng_k_linear_bwd(s->dxn, DW(ENG_P_WQ), DW(ENG_P_BQ), s->dq, a->xn1, W(ENG_P_WQ), n, d, qd, 0);
-  eng_k_linear_bwd(s->dxn, DW(ENG_P_WK), DW(ENG_P_BK), s->dk, a->xn1, W(ENG_P_WK), n, d, kvd, 1);
-  eng_k_linear_bwd(s->dxn, DW(ENG_P_WV), DW(ENG_P_BV), s->dv, a->xn1, W(ENG_P_WV), n, d, kvd, 1);
+  eng_k_linear_bwd(s->dxn, DW(ENG_P_WQ), DW(ENG_P_BQ), s->dqkv, a->xn1, W(ENG_P_WQ), n, d, qkvd, 0);
   eng_k_rmsnorm_bwd(dx, DW(ENG_P_ATTN_NORM), s->dxn, s->dxmid, x, W(ENG_P_ATTN_NORM), a->rstd1, n, d);
 }

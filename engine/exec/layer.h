@@ -13,9 +13,10 @@
 // Activations of one layer for one micro-batch of n = B*T rows.
 typedef struct eng_layer_acts {
   float *xn1, *rstd1;        // attention norm output and its 1/rms    [n,d], [n]
-  float *qpre, *kpre;        // q, k before q/k norm (Qwen3 only)      [n,H*hd], [n,KV*hd]
+  float *qkv;                // the q|k|v projection                    [n,(H+2KV)*hd]
   float *rstdq, *rstdk;      // 1/rms of the q/k norm (Qwen3 only)     [n*H], [n*KV]
-  float *q, *k, *v;          // after norm and RoPE                     [n,H*hd], [n,KV*hd] x2
+  float *q, *k, *v;          // attention's inputs (after norm and RoPE), rows ldq/ldk/ldv
+  int ldq, ldk, ldv;         //   apart: views into qkv, or q and k of their own (Qwen3)
   float *att, *lse;          // attention output, log-sum-exp           [n,H*hd], [B,H,T]
   float *xmid;               // residual after attention                [n,d]
   float *xn2, *rstd2;        // MLP norm output and 1/rms               [n,d], [n]
@@ -28,7 +29,8 @@ typedef struct eng_layer_scratch {
   float *dxn;                // [n,d]   d of a norm output (reused by both norms)
   float *dxmid;              // [n,d]
   float *datt;               // [n,H*hd]
-  float *dq, *dk, *dv;       // [n,H*hd], [n,KV*hd] x2
+  float *dqkv;               // [n,(H+2KV)*hd] d of the q|k|v projection
+  float *dq, *dk, *dv;       // laid out like the acts' q, k, v: views into dqkv or own (Qwen3)
 } eng_layer_scratch;
 
 // Floats needed by eng_layer_acts / eng_layer_scratch for B sequences of T.

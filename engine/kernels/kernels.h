@@ -55,15 +55,18 @@ void eng_k_rope_bwd(float *dx, int ld, int B, int T, int heads, int hd, float th
 #define ENG_K_MAX_HD 256
 
 // Causal grouped-query attention, tiled with an online softmax so memory is
-// O(T·hd) per head and never O(T²). q [B,T,H,hd], k/v [B,T,KV,hd], query head h
-// reads kv head h / (H/KV). scale = 1/sqrt(hd). out [B,T,H,hd], lse [B,H,T]
-// (natural log of the softmax denominator, scale included).
-void eng_k_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
-                         int B, int T, int H, int KV, int hd);
-// Writes dq [B,T,H,hd], dk and dv [B,T,KV,hd] (overwritten, not accumulated).
-void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                         const float *lse, const float *q, const float *k, const float *v,
-                         int B, int T, int H, int KV, int hd);
+// O(T·hd) per head and never O(T²). q [B,T,H,hd], k/v [B,T,KV,hd] whose rows
+// (tokens) are ldq, ldk, ldv floats apart (they may be views into one fused
+// q|k|v row); query head h reads kv head h / (H/KV). scale = 1/sqrt(hd).
+// out [B,T,H,hd] (rows H·hd apart), lse [B,H,T] (natural log of the softmax
+// denominator, scale included).
+void eng_k_attention_fwd(float *out, float *lse, const float *q, int ldq, const float *k, int ldk, const float *v,
+                         int ldv, int B, int T, int H, int KV, int hd);
+// Writes dq, dk and dv laid out like q, k and v (overwritten, not
+// accumulated; the floats between their rows are left alone).
+void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                         const float *q, int ldq, const float *k, int ldk, const float *v, int ldv, int B, int T,
+                         int H, int KV, int hd);
 
 // h[n,ff] = silu(gate) * up where each row of gu[n,2ff] is gate then up (the
 // output of the stacked [gate; up] projection); bwd writes dgu in that layout.

@@ -354,14 +354,40 @@ static void test_attention(att_case c) {
   float *q = frandn(nq, 1.5f), *k = frandn(nk, 1.5f), *v = frandn(nk, 1.0f), *dout = frandn(nq, 1.0f);
   float *out = falloc(nq), *lse = falloc(nl), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
   double *rout = dalloc(nq), *rlse = dalloc(nl), *rdq = dalloc(nq), *rdk = dalloc(nk), *rdv = dalloc(nk);
-  eng_k_attention_fwd(out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
-  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, c.B, c.T, c.H,
+                      c.KV, c.hd);
   attention_ref(rout, rlse, rdq, rdk, rdv, dout, q, k, v, c);
   expect_close("attention fwd out", out, rout, nq, TOL_FWD);
   expect_close("attention fwd lse", lse, rlse, nl, TOL_FWD);
   expect_close("attention bwd dq", dq, rdq, nq, TOL_BWD);
   expect_close("attention bwd dk", dk, rdk, nk, TOL_BWD);
   expect_close("attention bwd dv", dv, rdv, nk, TOL_BWD);
+
+  // q, k, v as views into one fused q|k|v row (+1 float of slack): the same
+  // bits, and the gradients' rows written like the inputs' without touching
+  // the slack.
+  int qd = c.H * c.hd, kvd = c.KV * c.hd, ld = qd + 2 * kvd + 1;
+  size_t rows = (size_t)c.B * c.T;
+  float *qkv = falloc(rows * ld), *dqkv = falloc(rows * ld), *out2 = falloc(nq), *lse2 = falloc(nl);
+  for (size_t i = 0; i < rows; i++) {
+    memcpy(qkv + i * ld, q + i * qd, sizeof(float) * qd);
+    memcpy(qkv + i * ld + qd, k + i * kvd, sizeof(float) * kvd);
+    memcpy(qkv + i * ld + qd + kvd, v + i * kvd, sizeof(float) * kvd);
+  }
+  for (size_t i = 0; i < rows * ld; i++) dqkv[i] = -3.0f;
+  eng_k_attention_fwd(out2, lse2, qkv, ld, qkv + qd, ld, qkv + qd + kvd, ld, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(dqkv, dqkv + qd, dqkv + qd + kvd, dout, out2, lse2, qkv, ld, qkv + qd, ld, qkv + qd + kvd, ld,
+                      c.B, c.T, c.H, c.KV, c.hd);
+  CHECK(!memcmp(out, out2, sizeof(float) * nq) && !memcmp(lse, lse2, sizeof(float) * nl),
+        "attention fwd on a fused q|k|v row differs");
+  for (size_t i = 0; i < rows; i++) {
+    const float *r = dqkv + i * ld;
+    CHECK(!memcmp(r, dq + i * qd, sizeof(float) * qd) && !memcmp(r + qd, dk + i * kvd, sizeof(float) * kvd) &&
+              !memcmp(r + qd + kvd, dv + i * kvd, sizeof(float) * kvd) && r[ld - 1] == -3.0f,
+          "attention bwd into a fused q|k|v row differs at row %zu", i);
+  }
+  free(qkv), free(dqkv), free(out2), free(lse2);
   free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv), free(rout), free(rlse),
       free(rdq), free(rdk), free(rdv);
 }
@@ -587,8 +613,9 @@ static void run_all(inv_io *io, const float *src, int nthreads) {
   eng_k_rope_fwd(k, c.KV * c.hd, c.B, c.T, c.KV, c.hd, 10000.0f);
   float *out = take(io, nq), *lse = take(io, (size_t)c.B * c.H * c.T);
   float *dq = take(io, nq), *dk = take(io, nk), *dv = take(io, nk);
-  eng_k_attention_fwd(out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
-  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, c.B, c.T, c.H,
+                      c.KV, c.hd);
   eng_k_rope_bwd(dq, c.H * c.hd, c.B, c.T, c.H, c.hd, 10000.0f);
 
   // y read as n/2 rows of [gate | up], ff each.

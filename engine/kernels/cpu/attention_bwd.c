@@ -34,7 +34,7 @@ typedef struct bwd_tile {
 } bwd_tile;
 
 typedef struct bwd_args {
-  size_t qs, ks;   // row strides of [.., H, hd] and [.., KV, hd] tensors
+  size_t os, qs, ks, vs; // row strides of out and dout, q and dq, k and dk, v and dv
   int T, hd;
   float scale;
 } bwd_args;
@@ -86,15 +86,15 @@ static void key_tile(bwd_tile *t, const bwd_args *a, float *dq, float *dk, float
                      const float *dout, const float *k, const float *v, int qt, int kt, int acc_q, int acc_kv) {
   int i0 = qt * W, m = a->T - i0 < W ? a->T - i0 : W;
   int j0 = kt * W, n = a->T - j0 < W ? a->T - j0 : W, diag = qt == kt, hd = a->hd;
-  const float *kj = k + (size_t)j0 * a->ks, *vj = v + (size_t)j0 * a->ks;
+  const float *kj = k + (size_t)j0 * a->ks, *vj = v + (size_t)j0 * a->vs;
   key_products(t->pT, kj, a->ks, t->qT, n, hd, diag);   // Sᵀ[j][i]
-  key_products(t->dsT, vj, a->ks, t->doT, n, hd, diag); // dPᵀ[j][i]
+  key_products(t->dsT, vj, a->vs, t->doT, n, hd, diag); // dPᵀ[j][i]
   p_ds(t, n, diag, a->scale);
-  float *dvj = dv + (size_t)j0 * a->ks, *dkj = dk + (size_t)j0 * a->ks;
+  float *dvj = dv + (size_t)j0 * a->vs, *dkj = dk + (size_t)j0 * a->ks;
   // dv[j][c] += Σ_i Pᵀ[j][i]·dO[i][c], then dk[j][c] += Σ_i dSᵀ[j][i]·Q[i][c]
   // (one after the other: dk and dv rows alternating meet 4K aliasing).
   for (int r = 0; r < n; r += RB)
-    eng_k_tile_rows(dvj + (size_t)r * a->ks, a->ks, t->pT + (size_t)r * W, W, 1, dout, a->qs, n - r < RB ? n - r : RB,
+    eng_k_tile_rows(dvj + (size_t)r * a->vs, a->vs, t->pT + (size_t)r * W, W, 1, dout, a->os, n - r < RB ? n - r : RB,
                     diag ? r : 0, m, hd, acc_kv);
   for (int r = 0; r < n; r += RB)
     eng_k_tile_rows(dkj + (size_t)r * a->ks, a->ks, t->dsT + (size_t)r * W, W, 1, q, a->qs, n - r < RB ? n - r : RB,
@@ -107,32 +107,33 @@ static void key_tile(bwd_tile *t, const bwd_args *a, float *dq, float *dk, float
   }
 }
 
-void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                         const float *lse, const float *q, const float *k, const float *v,
-                         int B, int T, int H, int KV, int hd) {
+void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                         const float *q, int ldq, const float *k, int ldk, const float *v, int ldv, int B, int T,
+                         int H, int KV, int hd) {
   if (B <= 0 || T <= 0) return;
   const int G = H / KV, nt = (T + W - 1) / W;
-  const bwd_args a = {(size_t)H * hd, (size_t)KV * hd, T, hd, 1.0f / sqrtf((float)hd)};
+  const bwd_args a = {(size_t)H * hd, (size_t)ldq, (size_t)ldk, (size_t)ldv, T, hd, 1.0f / sqrtf((float)hd)};
 #pragma omp parallel if ((size_t)B * H * T * hd >= ENG_K_PAR_MIN)
   {
     bwd_tile t;
 #pragma omp for schedule(dynamic, 1)
     for (int it = 0; it < B * KV; it++) {
       int b = it / KV, g = it % KV;
-      size_t qoff = (size_t)b * T * a.qs + (size_t)g * G * hd, koff = (size_t)b * T * a.ks + (size_t)g * hd;
+      size_t qoff = (size_t)b * T * a.qs + (size_t)g * G * hd, ooff = (size_t)b * T * a.os + (size_t)g * G * hd;
+      size_t koff = (size_t)b * T * a.ks + (size_t)g * hd, voff = (size_t)b * T * a.vs + (size_t)g * hd;
       for (int r = 0; r < G; r++) {
-        size_t ho = qoff + (size_t)r * hd;
+        size_t ho = qoff + (size_t)r * hd, hoo = ooff + (size_t)r * hd;
         const float *lse_h = lse + ((size_t)b * H + (size_t)g * G + r) * T;
         for (int qt = 0; qt < nt; qt++) {
           int i0 = qt * W, m = T - i0 < W ? T - i0 : W;
-          size_t ro = ho + (size_t)i0 * a.qs;
+          size_t ro = ho + (size_t)i0 * a.qs, roo = hoo + (size_t)i0 * a.os;
           eng_k_tile_pack_t(t.qT, q + ro, a.qs, m, hd, W);
-          eng_k_tile_pack_t(t.doT, dout + ro, a.qs, m, hd, W);
-          query_stats(&t, dout + ro, out + ro, lse_h + i0, a.qs, m, hd);
+          eng_k_tile_pack_t(t.doT, dout + roo, a.os, m, hd, W);
+          query_stats(&t, dout + roo, out + roo, lse_h + i0, a.os, m, hd);
           // dq rows first meet key tile 0, dk/dv rows of tile kt first meet
           // the first query head's diagonal tile.
           for (int kt = 0; kt <= qt; kt++)
-            key_tile(&t, &a, dq + ho, dk + koff, dv + koff, q + ro, dout + ro, k + koff, v + koff, qt, kt, kt > 0,
+            key_tile(&t, &a, dq + ho, dk + koff, dv + voff, q + ro, dout + roo, k + koff, v + voff, qt, kt, kt > 0,
                      r > 0 || kt < qt);
         }
       }

@@ -71,8 +71,9 @@ static void add_pv(float *oT, const float *vj, size_t ks, const float *pT, int n
 }
 
 // One (batch, head, query tile): out rows i0..i0+m, lse of those rows.
-static void query_tile(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int qt, int T, size_t qs, size_t ks, int hd, float scale) {
+// Rows of out, q, k and v are os, qs, ks and vs floats apart.
+static void query_tile(float *out, float *lse, const float *q, const float *k, const float *v, int qt, int T,
+                       size_t os, size_t qs, size_t ks, size_t vs, int hd, float scale) {
   alignas(64) float qT[ENG_K_MAX_HD * W], oT[ENG_K_MAX_HD * W], sT[W * W];
   alignas(64) float mx[W], l[W], mn[W], alpha[W], rowsum[W];
   int i0 = qt * W, m = T - i0 < W ? T - i0 : W;
@@ -91,31 +92,31 @@ static void query_tile(float *out, float *lse, const float *q, const float *k, c
     if (t > 0)
       for (int c = 0; c < hd; c++)
         for (int i = 0; i < W; i++) oT[(size_t)c * W + i] *= alpha[i];
-    add_pv(oT, v + (size_t)j0 * ks, ks, sT, n, hd, diag, t > 0);
+    add_pv(oT, v + (size_t)j0 * vs, vs, sT, n, hd, diag, t > 0);
   }
   for (int c = 0; c < hd; c++)
     for (int i = 0; i < W; i++) oT[(size_t)c * W + i] /= l[i];
   for (int i = 0; i < m; i++) {
-    float *o = out + (size_t)(i0 + i) * qs;
+    float *o = out + (size_t)(i0 + i) * os;
     for (int c = 0; c < hd; c++) o[c] = oT[(size_t)c * W + i];
     lse[i0 + i] = eng_km_osm_lse(mx[i], l[i]);
   }
 }
 
-void eng_k_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
-                         int B, int T, int H, int KV, int hd) {
+void eng_k_attention_fwd(float *out, float *lse, const float *q, int ldq, const float *k, int ldk, const float *v,
+                         int ldv, int B, int T, int H, int KV, int hd) {
   if (B <= 0 || T <= 0) return;
   const int G = H / KV, nt = (T + W - 1) / W, items = B * H * nt;
   const float scale = 1.0f / sqrtf((float)hd);
-  const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+  const size_t os = (size_t)H * hd, qs = (size_t)ldq, ks = (size_t)ldk, vs = (size_t)ldv;
   // Each item writes its own rows, so the schedule cannot change a result;
   // dynamic with the longest tiles first balances the causal triangle.
 #pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * H * T * hd >= ENG_K_PAR_MIN)
   for (int it = 0; it < items; it++) {
     int qt = nt - 1 - it % nt, bh = it / nt, b = bh / H, h = bh % H;
     size_t boff = (size_t)b * T;
-    query_tile(out + boff * qs + (size_t)h * hd, lse + ((size_t)b * H + h) * T, q + boff * qs + (size_t)h * hd,
-               k + boff * ks + (size_t)(h / G) * hd, v + boff * ks + (size_t)(h / G) * hd, qt, T, qs, ks, hd,
-               scale);
+    query_tile(out + boff * os + (size_t)h * hd, lse + ((size_t)b * H + h) * T, q + boff * qs + (size_t)h * hd,
+               k + boff * ks + (size_t)(h / G) * hd, v + boff * vs + (size_t)(h / G) * hd, qt, T, os, qs, ks, vs,
+               hd, scale);
   }
 }
