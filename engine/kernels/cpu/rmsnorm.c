@@ -13,23 +13,19 @@
 
 #include "kernels/cpu/kmath.h"
 
-// Vector v of n rows × g groups: row v / g, group v % g, d values from
-// base + row·ld + group·d.
-static inline size_t vec_off(int v, int g, int d, size_t ld) {
-  return (size_t)(v / g) * ld + (size_t)(v % g) * d;
-}
-
+// Vector v = i·g + j of n rows × g groups: row i, group j, d values from
+// base + i·ld + j·d. Loops run over rows and groups (no division per vector).
 static void norm_fwd(float *y, size_t ldy, float *rstd, const float *x, size_t ldx, const float *w, int n, int g,
                      int d, float eps) {
-  int nv = n * g;
-#pragma omp parallel for schedule(static) if ((size_t)nv * (size_t)d >= ENG_K_PAR_MIN)
-  for (int v = 0; v < nv; v++) {
-    const float *xi = x + vec_off(v, g, d, ldx);
-    float *yi = y + vec_off(v, g, d, ldy);
-    float r = eng_km_rms_rstd(eng_k_sumsq_row(xi, (size_t)d), d, eps);
-    rstd[v] = r;
-    for (int j = 0; j < d; j++) yi[j] = eng_km_rms_y(xi[j], r, w[j]);
-  }
+#pragma omp parallel for schedule(static) if ((size_t)n * g * (size_t)d >= ENG_K_PAR_MIN)
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < g; j++) {
+      const float *xi = x + (size_t)i * ldx + (size_t)j * d;
+      float *yi = y + (size_t)i * ldy + (size_t)j * d;
+      float r = eng_km_rms_rstd(eng_k_sumsq_row(xi, (size_t)d), d, eps);
+      rstd[(size_t)i * g + j] = r;
+      for (int e = 0; e < d; e++) yi[e] = eng_km_rms_y(xi[e], r, w[e]);
+    }
 }
 
 // Σ_j dy[j]·w[j]·xhat[j] in double with 8 partial sums in a fixed tree.
@@ -58,11 +54,12 @@ typedef struct bwd_io {
 
 static void dw_chunk(double *acc, const bwd_io *io, int v0, int v1, int j0, int m) {
   for (int j = 0; j < m; j++) acc[j] = 0.0;
-  for (int v = v0; v < v1; v++) {
-    const float *xi = io->x + vec_off(v, io->g, io->d, io->ldx) + j0;
-    const float *dyi = io->dy + vec_off(v, io->g, io->d, io->ldy) + j0;
+  for (int v = v0, i = v0 / io->g, h = v0 % io->g; v < v1; v++) {
+    const float *xi = io->x + (size_t)i * io->ldx + (size_t)h * io->d + j0;
+    const float *dyi = io->dy + (size_t)i * io->ldy + (size_t)h * io->d + j0;
     float r = io->rstd[v];
     for (int j = 0; j < m; j++) acc[j] += eng_km_rms_dw_term(dyi[j], xi[j], r);
+    if (++h == io->g) h = 0, i++;
   }
 }
 
@@ -77,19 +74,20 @@ static void norm_bwd(float *dx, float *dw, const float *dy, size_t ldy, const fl
   {
     if (dx) {
 #pragma omp for schedule(static) nowait
-      for (int v = 0; v < nv; v++) {
-        size_t ox = vec_off(v, g, d, ldx);
-        const float *xi = x + ox, *dyi = dy + vec_off(v, g, d, ldy);
-        float *dxi = dx + ox;
-        float r = rstd[v];
-        float c = eng_km_rms_c(dot_dxhat_xhat(dyi, w, xi, r, d), d);
-        if (dres) {
-          const float *ri = dres + ox;
-          for (int j = 0; j < d; j++) dxi[j] = ri[j] + eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
-        } else {
-          for (int j = 0; j < d; j++) dxi[j] = eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
+      for (int i = 0; i < n; i++)
+        for (int h = 0; h < g; h++) {
+          size_t ox = (size_t)i * ldx + (size_t)h * d;
+          const float *xi = x + ox, *dyi = dy + (size_t)i * ldy + (size_t)h * d;
+          float *dxi = dx + ox;
+          float r = rstd[(size_t)i * g + h];
+          float c = eng_km_rms_c(dot_dxhat_xhat(dyi, w, xi, r, d), d);
+          if (dres) {
+            const float *ri = dres + ox;
+            for (int j = 0; j < d; j++) dxi[j] = ri[j] + eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
+          } else {
+            for (int j = 0; j < d; j++) dxi[j] = eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
+          }
         }
-      }
     }
     if (dw) {
 #pragma omp for schedule(static)
