@@ -40,73 +40,49 @@ static double dot_dxhat_xhat(const float *dy, const float *w, const float *x, fl
 
 // dx = r·(dxhat − xhat·mean(dxhat∘xhat)) with dxhat = dy∘w (eng_km_rms_dx),
 // plus dres when given (the residual's gradient, added in the same pass).
-// dw[j] += Σ_v dy[v][j]·xhat[v][j], summed in double over DW_CHUNKS fixed
-// ranges of vectors (each over its vectors in order) that are then added in
-// range order: the ranges give both threads work when d has few column blocks
-// (the q/k norms have hd columns), and nothing depends on the thread count.
-enum { DW_COLS = 64, DW_CHUNKS = 8 };
-
-typedef struct bwd_io {
-  const float *dy, *x, *rstd;
-  size_t ldy, ldx;
-  int g, d;
-} bwd_io;
-
-static void dw_chunk(double *acc, const bwd_io *io, int v0, int v1, int j0, int m) {
-  for (int j = 0; j < m; j++) acc[j] = 0.0;
-  for (int v = v0, i = v0 / io->g, h = v0 % io->g; v < v1; v++) {
-    const float *xi = io->x + (size_t)i * io->ldx + (size_t)h * io->d + j0;
-    const float *dyi = io->dy + (size_t)i * io->ldy + (size_t)h * io->d + j0;
-    float r = io->rstd[v];
-    for (int j = 0; j < m; j++) acc[j] += eng_km_rms_dw_term(dyi[j], xi[j], r);
-    if (++h == io->g) h = 0, i++;
-  }
-}
+// dw[j] += Σ_v dy[v][j]·xhat[v][j], summed in double over CHUNKS fixed ranges
+// of vectors (each over its vectors in order) that are then added in range
+// order. A range is one work item: its dx and its dw partial come from one
+// read of dy and x, both threads get work however few columns there are (the
+// q/k norms have hd), and nothing depends on the thread count.
+enum { CHUNKS = 8 };
 
 // dx and dres are laid out like x (ldx); dy has its own ldy.
 static void norm_bwd(float *dx, float *dw, const float *dy, size_t ldy, const float *dres, const float *x,
                      size_t ldx, const float *w, const float *rstd, int n, int g, int d) {
-  const bwd_io io = {dy, x, rstd, ldy, ldx, g, d};
-  int nv = n * g, nblk = (d + DW_COLS - 1) / DW_COLS;
-  double *part = dw ? malloc(sizeof(double) * DW_CHUNKS * (size_t)nblk * DW_COLS) : NULL;
+  int nv = n * g;
+  double *part = dw ? malloc(sizeof(double) * CHUNKS * (size_t)d) : NULL;
   if (dw && !part) abort(); // a few KiB: out of memory here is not recoverable
-#pragma omp parallel if ((size_t)nv * (size_t)d >= ENG_K_PAR_MIN)
-  {
-    if (dx) {
-#pragma omp for schedule(static) nowait
-      for (int i = 0; i < n; i++)
-        for (int h = 0; h < g; h++) {
-          size_t ox = (size_t)i * ldx + (size_t)h * d;
-          const float *xi = x + ox, *dyi = dy + (size_t)i * ldy + (size_t)h * d;
-          float *dxi = dx + ox;
-          float r = rstd[(size_t)i * g + h];
-          float c = eng_km_rms_c(dot_dxhat_xhat(dyi, w, xi, r, d), d);
-          if (dres) {
-            const float *ri = dres + ox;
-            for (int j = 0; j < d; j++) dxi[j] = ri[j] + eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
-          } else {
-            for (int j = 0; j < d; j++) dxi[j] = eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
-          }
-        }
-    }
-    if (dw) {
-#pragma omp for schedule(static)
-      for (int it = 0; it < nblk * DW_CHUNKS; it++) {
-        int blk = it / DW_CHUNKS, ch = it % DW_CHUNKS, j0 = blk * DW_COLS;
-        int m = d - j0 < DW_COLS ? d - j0 : DW_COLS;
-        int v0 = (int)((long long)nv * ch / DW_CHUNKS), v1 = (int)((long long)nv * (ch + 1) / DW_CHUNKS);
-        dw_chunk(part + (size_t)it * DW_COLS, &io, v0, v1, j0, m);
-      }
-#pragma omp for schedule(static)
-      for (int blk = 0; blk < nblk; blk++) {
-        int j0 = blk * DW_COLS, m = d - j0 < DW_COLS ? d - j0 : DW_COLS;
-        for (int j = 0; j < m; j++) {
-          double acc = 0.0;
-          for (int ch = 0; ch < DW_CHUNKS; ch++) acc += part[((size_t)blk * DW_CHUNKS + ch) * DW_COLS + j];
-          dw[j0 + j] += (float)acc;
+#pragma omp parallel for schedule(static) if ((size_t)nv * (size_t)d >= ENG_K_PAR_MIN)
+  for (int ch = 0; ch < CHUNKS; ch++) {
+    int v0 = (int)((long long)nv * ch / CHUNKS), v1 = (int)((long long)nv * (ch + 1) / CHUNKS);
+    double *acc = dw ? part + (size_t)ch * d : NULL;
+    if (acc)
+      for (int j = 0; j < d; j++) acc[j] = 0.0;
+    for (int v = v0, i = v0 / g, h = v0 % g; v < v1; v++) {
+      size_t ox = (size_t)i * ldx + (size_t)h * d;
+      const float *xi = x + ox, *dyi = dy + (size_t)i * ldy + (size_t)h * d;
+      float r = rstd[v];
+      if (dx) {
+        float *dxi = dx + ox;
+        float c = eng_km_rms_c(dot_dxhat_xhat(dyi, w, xi, r, d), d);
+        if (dres) {
+          const float *ri = dres + ox;
+          for (int j = 0; j < d; j++) dxi[j] = ri[j] + eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
+        } else {
+          for (int j = 0; j < d; j++) dxi[j] = eng_km_rms_dx(dyi[j], w[j], xi[j], r, c);
         }
       }
+      if (acc)
+        for (int j = 0; j < d; j++) acc[j] += eng_km_rms_dw_term(dyi[j], xi[j], r);
+      if (++h == g) h = 0, i++;
     }
+  }
+  if (!dw) return;
+  for (int j = 0; j < d; j++) {
+    double t = 0.0;
+    for (int ch = 0; ch < CHUNKS; ch++) t += part[(size_t)ch * d + j];
+    dw[j] += (float)t;
   }
   free(part);
 }
