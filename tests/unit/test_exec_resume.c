@@ -1,7 +1,8 @@
 // Determinism and resume: the same seed gives bit-identical losses over 50
 // steps; saving at step 20 and resuming in a new run gives bit-identical
 // losses for steps 21 to 50 — with 8-bit and fp32 AdamW, with updates inline
-// or on the optimizer thread, and with lagged clipping.
+// or on the optimizer thread, and with lagged clipping. Checkpoints of the
+// previous format version load where the layer layout is unchanged.
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,57 @@ static void check_mode(const char *name, const eng_spec *s, int steps, int save_
   CHECK(system(cmd) == 0, "cleanup failed");
 }
 
+// A store that hands out its checkpoints' "meta" as an older traind wrote it
+// (format version 2: the q/k/v biases sat between the weights in a layer).
+typedef struct v2_store {
+  eng_store inner;
+} v2_store;
+
+static int v2_latest(void *ctx, int64_t *step, eng_err *e) {
+  v2_store *v = ctx;
+  return v->inner.ckpt_latest(v->inner.ctx, step, e);
+}
+
+static int v2_get(void *ctx, int64_t step, const char *name, void *data, size_t n, eng_err *e) {
+  v2_store *v = ctx;
+  int rc = v->inner.ckpt_get(v->inner.ctx, step, name, data, n, e);
+  if (!rc && !strcmp(name, "meta")) ((int64_t *)data)[1] = 2; // the version field
+  return rc;
+}
+
+// Version 2 checkpoints load where the layer layout did not change (no q/k/v
+// biases) and are refused by name where it did (qwen2).
+static void check_v2(const eng_spec *s, eng_arch arch, int loads) {
+  char dir[] = "/tmp/traind-resume-v2-XXXXXX";
+  CHECK(mkdtemp(dir), "mkdtemp failed");
+  eng_err e = {0};
+  eng_spec sp = *s;
+  sp.config.arch = arch;
+  sp.config.qkv_bias = arch == ENG_ARCH_QWEN2;
+  sp.config.qk_norm = arch == ENG_ARCH_QWEN3;
+  v2_store v;
+  CHECK_OK(eng_store_dir_open(&v.inner, dir, &e), &e);
+  double loss[2];
+  train(&sp, loss, 0, 2, 2, &v.inner, NULL);
+  // Only what loading reads: the newest step and the shards.
+  eng_store old = {.ctx = &v, .ckpt_latest = v2_latest, .ckpt_get = v2_get};
+  eng_run *r;
+  CHECK_OK(eng_open(&sp, &r, &e), &e);
+  int rc = eng_load(r, &old, &e);
+  if (loads) {
+    CHECK(rc == 0 && eng_steps_done(r) == 2, "%s: a version 2 checkpoint did not load: %s", eng_arch_name(arch), e.msg);
+  } else {
+    CHECK(rc != 0 && strstr(e.msg, "qwen2 layer layout"), "%s: a version 2 checkpoint was not refused (rc %d: %s)",
+          eng_arch_name(arch), rc, e.msg);
+  }
+  printf("format version 2 checkpoint, %-6s %s\n", eng_arch_name(arch), loads ? "loads" : "refused by name");
+  eng_close(r);
+  v.inner.close(v.inner.ctx);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0, "cleanup failed");
+}
+
 int main(void) {
   eng_spec s;
   tiny_spec(&s, 2);
@@ -82,5 +134,8 @@ int main(void) {
   CHECK(lag[MODE_STEPS - 1] < 0.8 * lag[0], "lagged clipping did not train (%.4f -> %.4f)", lag[0],
         lag[MODE_STEPS - 1]);
   printf("optimizer thread = inline; lagged clip during the backward = after it\n");
+  check_v2(&s, ENG_ARCH_QWEN3, 1);
+  check_v2(&s, ENG_ARCH_LLAMA, 1);
+  check_v2(&s, ENG_ARCH_QWEN2, 0);
   return 0;
 }
