@@ -17,6 +17,8 @@
 #include "pbset.h"
 #include "rpc.h"
 
+#include "bench.h"
+
 #define K(x) TRAIND__V1__##x
 
 static const char *addr, *jobfile;
@@ -32,22 +34,16 @@ typedef struct worker {
   int n_lat, failed;
 } worker;
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int submit(rpc *r, Traind__V1__SubmitJobRequest *req, int id, worker *w) {
   char rid[32], err[256];
   snprintf(rid, sizeof rid, "bench-%d", id);
   pbset(&req->base, "request_id", rid, err, sizeof err);
   ProtobufCMessage *reply;
   rpc_status st;
-  double t0 = now();
+  double t0 = eng_now();
   int rc = rpc_unary(r, "/traind.v1.Trainer/SubmitJob", &req->base, &traind__v1__submit_job_response__descriptor,
                      &reply, 60000, &st);
-  w->lat[w->n_lat++] = now() - t0;
+  w->lat[w->n_lat++] = eng_now() - t0;
   if (rc) {
     fprintf(stderr, "api_load: submit %s: %s %s\n", rid, rpc_code_name(st.code), st.msg);
     w->failed++;
@@ -104,11 +100,6 @@ static void *work(void *arg) {
   return NULL;
 }
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv) {
   if (argc != 5) {
     fprintf(stderr, "usage: api_load ADDR JOBFILE CLIENTS SUBMITS\n");
@@ -122,7 +113,7 @@ int main(int argc, char **argv) {
   job_of = calloc((size_t)unique, sizeof *job_of);
   mismatch = calloc((size_t)unique, sizeof *mismatch);
   worker *ws = calloc((size_t)clients, sizeof *ws);
-  double t0 = now();
+  double t0 = eng_now();
   for (int i = 0; i < clients; i++) {
     ws[i].index = i;
     ws[i].lat = calloc((size_t)unique / clients * 2 + 16, sizeof(double));
@@ -134,11 +125,11 @@ int main(int argc, char **argv) {
     n += ws[i].n_lat;
     failed += ws[i].failed;
   }
-  double took = now() - t0;
+  double took = eng_now() - t0;
   double *lat = malloc((size_t)n * sizeof *lat);
   for (int i = 0, k = 0; i < clients; i++)
     for (int j = 0; j < ws[i].n_lat; j++) lat[k++] = ws[i].lat[j];
-  qsort(lat, (size_t)n, sizeof *lat, cmp);
+  bench_sort(lat, n);
 
   // Every job the daemon has, by request id.
   rpc *r;

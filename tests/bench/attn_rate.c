@@ -13,21 +13,7 @@
 
 #include "kernels/kernels.h"
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, cmp);
-  return x[n / 2];
-}
+#include "bench.h"
 
 // Normal-ish values from a fixed-seed LCG (sum of uniforms), times sd.
 static float *randn(size_t n, float sd, unsigned *seed) {
@@ -63,15 +49,15 @@ int main(int argc, char **argv) {
   double *tf = malloc(sizeof(double) * reps), *tb = malloc(sizeof(double) * reps);
   if (!out || !lse || !dq || !dk || !dv || !tf || !tb) return 1;
   for (int r = -3; r < reps; r++) { // 3 warm-up calls
-    double t0 = now();
+    double t0 = eng_now();
     eng_k_attention_fwd(out, lse, q, H * hd, k, KV * hd, v, KV * hd, B, T, H, KV, hd);
-    double t1 = now();
+    double t1 = eng_now();
     eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, H * hd, k, KV * hd, v, KV * hd, B, T, H, KV, hd);
-    double t2 = now();
+    double t2 = eng_now();
     if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
   }
   double pairs = (double)B * H * T * (T + 1) / 2.0;
-  double mf = median(tf, reps), mb = median(tb, reps);
+  double mf = bench_median(tf, reps), mb = bench_median(tb, reps);
   printf("shape B=%d T=%d H=%d KV=%d hd=%d threads=%d reps=%d\n", B, T, H, KV, hd, threads, reps);
   printf("attn_fwd_ms %.3f gflops %.1f\n", mf * 1e3, 4.0 * hd * pairs / mf / 1e9);
   printf("attn_bwd_ms %.3f gflops %.1f\n", mb * 1e3, 10.0 * hd * pairs / mb / 1e9);

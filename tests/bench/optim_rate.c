@@ -24,21 +24,7 @@
 #include "common/bf16.h"
 #include "optim/adamw8.h"
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, cmp);
-  return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
-}
+#include "bench.h"
 
 static void *big(size_t bytes) {
   void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -79,7 +65,7 @@ static int adamw8(size_t params, int tensors, int reps, int block) {
   eng_adamw8_hparams h = {.lr = 1e-4f, .wd = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .clip_scale = 0.5f};
   for (int r = -1; r < reps; r++) {
     h.t = r + 2;
-    double t0 = now();
+    double t0 = eng_now();
     for (int t = 0; t < tensors; t++) {
       eng_adamw8_io io = {w[t], g[t], ENG_ADAMW8_BF16, work[t], ENG_ADAMW8_BF16};
       if (eng_adamw8_update(&s[t], &io, &h, ENG_ISA_AUTO, NULL, &e)) {
@@ -87,7 +73,7 @@ static int adamw8(size_t params, int tensors, int reps, int block) {
         return 1;
       }
     }
-    if (r >= 0) rate[r] = (double)per * tensors / (now() - t0);
+    if (r >= 0) rate[r] = (double)per * tensors / (eng_now() - t0);
   }
   const double blk = s[0].quantized ? 2.0 * sizeof(float) / (double)s[0].block : 0.0;
   printf("adamw8_threads %d\n", omp_get_max_threads());
@@ -99,7 +85,7 @@ static int adamw8(size_t params, int tensors, int reps, int block) {
   printf("adamw8_bytes_written %.4f\n", 1 + 1 + 4 + 2 + blk);
   printf("adamw8_bytes_per_param %.4f\n", 16 + 2 * blk);
   printf("adamw8_state_bytes_per_param %.4f\n", (double)state_bytes / (double)(per * (size_t)tensors));
-  printf("adamw8_params_per_s %.4g\n", median(rate, reps));
+  printf("adamw8_params_per_s %.4g\n", bench_median(rate, reps));
   for (int t = 0; t < tensors; t++) {
     eng_adamw8_state_free(&s[t]);
     free(w[t]), free(g[t]), free(work[t]);
@@ -115,14 +101,14 @@ static int triad(size_t n, int reps) {
   for (size_t i = 0; i < n; i++) a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;
   const float s = 3.0f;
   for (int r = -1; r < reps; r++) {
-    double t0 = now();
+    double t0 = eng_now();
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) a[i] = b[i] + s * c[i];
-    if (r >= 0) gbs[r] = 12.0 * (double)n / (now() - t0) / 1e9;
+    if (r >= 0) gbs[r] = 12.0 * (double)n / (eng_now() - t0) / 1e9;
   }
   printf("triad_threads %d\n", omp_get_max_threads());
   printf("triad_bytes %zu\n", 3 * n * sizeof(float));
-  printf("triad_gbs %.2f\n", median(gbs, reps));
+  printf("triad_gbs %.2f\n", bench_median(gbs, reps));
   int bad = a[n / 2] != 7.0f;
   free(a), free(b), free(c), free(gbs);
   return bad;
@@ -135,16 +121,16 @@ static int rmw(size_t n, int reps) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) p[i] = 1.0f, g[i] = 1e-3f, m[i] = 0.0f, v[i] = 0.0f;
   for (int r = -1; r < reps; r++) {
-    double t0 = now();
+    double t0 = eng_now();
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
       m[i] = m[i] * 0.9f + g[i];
       v[i] = v[i] * 0.999f + g[i] * g[i];
       p[i] = p[i] - 1e-3f * m[i];
     }
-    if (r >= 0) gbs[r] = 28.0 * (double)n / (now() - t0) / 1e9;
+    if (r >= 0) gbs[r] = 28.0 * (double)n / (eng_now() - t0) / 1e9;
   }
-  printf("rmw_gbs %.2f\n", median(gbs, reps));
+  printf("rmw_gbs %.2f\n", bench_median(gbs, reps));
   int bad = !(p[n / 2] < 1.0f);
   free(p), free(g), free(m), free(v), free(gbs);
   return bad;

@@ -6,16 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "bench.h"
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2048;
@@ -25,15 +16,15 @@ int main(int argc, char **argv) {
   double rates[5];
   for (int r = 0; r < 5; r++) {
     int reps = 0;
-    double t0 = now(), t;
+    double t0 = eng_now(), t;
     do {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
       reps++;
-      t = now() - t0;
+      t = eng_now() - t0;
     } while (t < 1.0);
     rates[r] = 2.0 * n * n * (double)n * reps / t / 1e9;
   }
-  qsort(rates, 5, sizeof rates[0], cmp);
+  bench_sort(rates, 5);
   printf("sgemm_gflops %.1f\n", rates[2]);
   free(a);
   free(b);

@@ -32,28 +32,14 @@
 
 #include "storage/store.h"
 
+#include "bench.h"
+
 #define DIE(...)                                                                                   \
   do {                                                                                             \
     fprintf(stderr, "bench_store_rate: " __VA_ARGS__);                                             \
     fprintf(stderr, "\n");                                                                         \
     exit(1);                                                                                       \
   } while (0)
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void run(const char *cmd) {
   if (system(cmd) != 0) DIE("`%s` failed", cmd);
@@ -110,20 +96,20 @@ static void store_side(const char *dir, int n, char *wbuf, char *rbuf, double *w
   store *st;
   eng_err e = {0};
   if (store_open(&st, db, NULL, &e)) DIE("%s", e.msg);
-  double t0 = now();
+  double t0 = eng_now();
   for (int i = 0; i < n; i++) {
     stamp(wbuf, i);
     if (store_act_put(st, "bench", 0, i, 0, wbuf, value_size(i), &e)) DIE("%s", e.msg);
   }
   if (store_act_flush(st, &e)) DIE("%s", e.msg);
-  *w_s = now() - t0;
+  *w_s = eng_now() - t0;
   *dropped = drop_cache(db);
-  t0 = now();
+  t0 = eng_now();
   for (int i = 0; i < n; i++) {
     if (store_act_get(st, "bench", 0, i, 0, rbuf, value_size(i), &e)) DIE("%s", e.msg);
     check_stamp(rbuf, i);
   }
-  *r_s = now() - t0;
+  *r_s = eng_now() - t0;
   store_close(st);
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", db);
@@ -135,7 +121,7 @@ static void file_side(const char *dir, int n, char *wbuf, char *rbuf, double *w_
   snprintf(path, sizeof path, "%s/raw.bin", dir);
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) DIE("cannot create %s: %s", path, strerror(errno));
-  double t0 = now();
+  double t0 = eng_now();
   for (int i = 0; i < n; i++) {
     stamp(wbuf, i);
     size_t len = value_size(i), done = 0;
@@ -146,12 +132,12 @@ static void file_side(const char *dir, int n, char *wbuf, char *rbuf, double *w_
     }
   }
   if (fsync(fd)) DIE("fsync %s: %s", path, strerror(errno));
-  *w_s = now() - t0;
+  *w_s = eng_now() - t0;
   close(fd);
   drop_cache(dir);
   fd = open(path, O_RDONLY);
   if (fd < 0) DIE("cannot open %s: %s", path, strerror(errno));
-  t0 = now();
+  t0 = eng_now();
   for (int i = 0; i < n; i++) {
     size_t len = value_size(i), done = 0;
     while (done < len) {
@@ -161,7 +147,7 @@ static void file_side(const char *dir, int n, char *wbuf, char *rbuf, double *w_
     }
     check_stamp(rbuf, i);
   }
-  *r_s = now() - t0;
+  *r_s = eng_now() - t0;
   close(fd);
   unlink(path);
 }
@@ -193,7 +179,7 @@ static int spill(const char *dir, int total_mib, int reps) {
   }
   printf("page cache: %s\n", dropped ? "dropped (drop_caches) and the files' pages evicted (fadvise)"
                                      : "the files' pages evicted (fadvise; drop_caches not writable)");
-  double msw = median(sw, reps), msr = median(sr, reps), mfw = median(fw, reps), mfr = median(fr, reps);
+  double msw = bench_median(sw, reps), msr = bench_median(sr, reps), mfw = bench_median(fw, reps), mfr = bench_median(fr, reps);
   printf("medians: store write %.0f MiB/s, read %.0f MiB/s; file write %.0f MiB/s, read %.0f MiB/s\n", msw, msr,
          mfw, mfr);
   printf("storage: %.2fx of raw write, %.2fx of raw read\n", msw / mfw, msr / mfr);
@@ -252,7 +238,7 @@ static void sweep_one(const char *dir, size_t vsize, int blob, const char *val) 
   rocksdb_compactoptions_set_bottommost_level_compaction(co, 3);
   uint32_t per = (uint32_t)(CK_BYTES / vsize);
   uint64_t io0 = io_write_bytes();
-  double t0 = now();
+  double t0 = eng_now();
   for (uint32_t c = 0; c < CKPTS; c++) {
     for (uint32_t i = 0; i < per; i++) {
       char k[8];
@@ -274,12 +260,12 @@ static void sweep_one(const char *dir, size_t vsize, int blob, const char *val) 
       rocksdb_compact_range_opt(d, co, lo, 8, hi, 8);
     }
   }
-  double w_s = now() - t0;
+  double w_s = eng_now() - t0;
   double amp = (double)(io_write_bytes() - io0) / ((double)CKPTS * per * vsize);
   drop_cache(db);
   rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
   rocksdb_readoptions_set_verify_checksums(ro, 0); // the store checks its own crc32c instead
-  t0 = now();
+  t0 = eng_now();
   for (uint32_t i = 0; i < per; i++) {
     char k[8];
     sweep_key(k, CKPTS - 1, i);
@@ -288,7 +274,7 @@ static void sweep_one(const char *dir, size_t vsize, int blob, const char *val) 
     if (!p) DIE("value %u of the last checkpoint is missing", i);
     rocksdb_pinnableslice_destroy(p);
   }
-  double r_s = now() - t0;
+  double r_s = eng_now() - t0;
   printf("%8zu  %-6s  write %6.0f MiB/s  %5.2f bytes written per byte  cold read %6.0f MiB/s\n", vsize,
          blob ? "blob" : "inline", (double)CKPTS * per * vsize / MIB / w_s, amp, (double)per * vsize / MIB / r_s);
   fflush(stdout);

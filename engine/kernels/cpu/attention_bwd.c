@@ -39,26 +39,13 @@ typedef struct bwd_args {
   float scale;
 } bwd_args;
 
-// First query column of key row j that the diagonal tile computes: the
-// column block holding query j; the blocks left of it are all masked.
-static inline int diag_first_col(int j) { return j & ~(JB - 1); }
-
-// xT[j][i] = a_j · bT[.][i] for the n keys of the tile, leaving out the
-// wholly masked 8 × 32 blocks of the diagonal tile (never read).
-static void key_products(float *xT, const float *aj, size_t ks, const float *bT, int n, int hd, int diag) {
-  for (int r = 0; r < n; r += RB) {
-    int nq = n - r < RB ? n - r : RB;
-    for (int ib = diag ? diag_first_col(r) : 0; ib < W; ib += JB)
-      eng_k_tile_block_k(xT + (size_t)r * W + ib, W, aj + (size_t)r * ks, ks, 1, bT + ib, W, nq, 0, hd, 0);
-  }
-}
 
 // P and dS of the computed part of the tile; masked entries get 0 (what
 // attn_p gives a masked score), which the products below rely on.
 static void p_ds(bwd_tile *t, int n, int diag, float scale) {
   for (int j = 0; j < n; j++) {
     float *p = t->pT + (size_t)j * W, *ds = t->dsT + (size_t)j * W;
-    for (int i = diag ? diag_first_col(j) : 0; i < W; i++) {
+    for (int i = diag ? eng_k_att_diag_first_col(j) : 0; i < W; i++) {
       float pij = diag && j > i ? 0.0f : eng_km_attn_p(p[i], scale, t->L[i]);
       p[i] = pij;
       ds[i] = eng_km_attn_ds(pij, ds[i], t->D[i], scale);
@@ -87,8 +74,8 @@ static void key_tile(bwd_tile *t, const bwd_args *a, float *dq, float *dk, float
   int i0 = qt * W, m = a->T - i0 < W ? a->T - i0 : W;
   int j0 = kt * W, n = a->T - j0 < W ? a->T - j0 : W, diag = qt == kt, hd = a->hd;
   const float *kj = k + (size_t)j0 * a->ks, *vj = v + (size_t)j0 * a->vs;
-  key_products(t->pT, kj, a->ks, t->qT, n, hd, diag);   // Sᵀ[j][i]
-  key_products(t->dsT, vj, a->vs, t->doT, n, hd, diag); // dPᵀ[j][i]
+  eng_k_att_key_products(t->pT, kj, a->ks, t->qT, n, hd, diag);   // Sᵀ[j][i]
+  eng_k_att_key_products(t->dsT, vj, a->vs, t->doT, n, hd, diag); // dPᵀ[j][i]
   p_ds(t, n, diag, a->scale);
   float *dvj = dv + (size_t)j0 * a->vs, *dkj = dk + (size_t)j0 * a->ks;
   // dv[j][c] += Σ_i Pᵀ[j][i]·dO[i][c], then dk[j][c] += Σ_i dSᵀ[j][i]·Q[i][c]

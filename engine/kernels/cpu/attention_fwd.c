@@ -21,20 +21,6 @@
 
 enum { W = ENG_K_ATT_TILE, JB = ENG_K_TILE_JB, RB = ENG_K_TILE_RB };
 
-// First query column of key row j that the diagonal tile computes: the
-// column block holding query j; the blocks left of it are all masked.
-static inline int diag_first_col(int j) { return j & ~(JB - 1); }
-
-// sT[j][i] = k_j · q_i for the n keys of the tile. On the diagonal tile the
-// 8-key × 32-query blocks whose first key is after their last query are
-// wholly masked and left out (the softmax never reads them).
-static void scores(float *sT, const float *kj, size_t ks, const float *qT, int n, int hd, int diag) {
-  for (int r = 0; r < n; r += RB) {
-    int nq = n - r < RB ? n - r : RB;
-    for (int ib = diag ? diag_first_col(r) : 0; ib < W; ib += JB)
-      eng_k_tile_block_k(sT + (size_t)r * W + ib, W, kj + (size_t)r * ks, ks, 1, qT + ib, W, nq, 0, hd, 0);
-  }
-}
 
 // Scales and masks the scores (as transformers does, after the dot), folds
 // them into the running max mn and turns them into weights p = osm_p(s, mn)
@@ -43,7 +29,7 @@ static void scores(float *sT, const float *kj, size_t ks, const float *qT, int n
 static void softmax_tile(float *restrict sT, int n, int diag, float scale, float *restrict mn, float *restrict rowsum) {
   for (int j = 0; j < n; j++) {
     float *s = sT + (size_t)j * W;
-    for (int i = diag ? diag_first_col(j) : 0; i < W; i++) {
+    for (int i = diag ? eng_k_att_diag_first_col(j) : 0; i < W; i++) {
       float x = diag && j > i ? -INFINITY : s[i] * scale;
       s[i] = x;
       mn[i] = eng_km_osm_max(mn[i], x);
@@ -52,7 +38,7 @@ static void softmax_tile(float *restrict sT, int n, int diag, float scale, float
   for (int i = 0; i < W; i++) rowsum[i] = 0.0f;
   for (int j = 0; j < n; j++) {
     float *s = sT + (size_t)j * W;
-    for (int i = diag ? diag_first_col(j) : 0; i < W; i++) {
+    for (int i = diag ? eng_k_att_diag_first_col(j) : 0; i < W; i++) {
       s[i] = eng_km_osm_p(s[i], mn[i]);
       rowsum[i] += s[i];
     }
@@ -81,7 +67,7 @@ static void query_tile(float *out, float *lse, const float *q, const float *k, c
   for (int i = 0; i < W; i++) mx[i] = -INFINITY, l[i] = 0.0f;
   for (int t = 0; t <= qt; t++) {
     int j0 = t * W, n = T - j0 < W ? T - j0 : W, diag = t == qt;
-    scores(sT, k + (size_t)j0 * ks, ks, qT, n, hd, diag);
+    eng_k_att_key_products(sT, k + (size_t)j0 * ks, ks, qT, n, hd, diag); // Sᵀ[j][i] = k_j · q_i
     for (int i = 0; i < W; i++) mn[i] = mx[i];
     softmax_tile(sT, n, diag, scale, mn, rowsum);
     for (int i = 0; i < W; i++) {

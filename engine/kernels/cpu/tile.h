@@ -94,6 +94,26 @@ static inline void eng_k_tile_gemm(float *restrict C, size_t ldc, const float *r
                     w, acc);
 }
 
+// ---- attention tiles: Sᵀ-style products [key][query] of W × W --------------
+
+// First query column of key row j that a diagonal tile computes: the column
+// block holding query j; the blocks left of it are all masked.
+static inline int eng_k_att_diag_first_col(int j) { return j & ~(ENG_K_TILE_JB - 1); }
+
+// xT[j][i] = a_j · bT[.][i] for the n key rows of an attention tile (a rows
+// ks apart, bT packed [hd][W]). On the diagonal tile the 8-key × 32-query
+// blocks whose first key is after their last query are wholly masked and
+// left out (nothing reads them).
+static inline void eng_k_att_key_products(float *xT, const float *aj, size_t ks, const float *bT, int n, int hd,
+                                          int diag) {
+  enum { W = ENG_K_ATT_TILE, JB = ENG_K_TILE_JB, RB = ENG_K_TILE_RB };
+  for (int r = 0; r < n; r += RB) {
+    int nq = n - r < RB ? n - r : RB;
+    for (int ib = diag ? eng_k_att_diag_first_col(r) : 0; ib < W; ib += JB)
+      eng_k_tile_block_k(xT + (size_t)r * W + ib, W, aj + (size_t)r * ks, ks, 1, bT + ib, W, nq, 0, hd, 0);
+  }
+}
+
 // Keeps a strided, scalar loop out of its caller's register allocation: inlined
 // into the tile loops it reloads its strides from the stack every element.
 #if defined(__GNUC__)
