@@ -161,8 +161,8 @@ int store_usage_get(store *s, store_usage *u, eng_err *e);
 
 // ---- the engine's interface -------------------------------------------------------
 // An eng_store for one job: eng_save/eng_load stream checkpoints shard by
-// shard through store_ckpt_*, keeping the `keep` newest after each commit
-// (0 keeps all); act_* spill through store_act_*. st->close frees the
+// shard through store_ckpt_*, keeping the `keep` newest after each commit and
+// once at open (0 keeps all); act_* spill through store_act_*. st->close frees the
 // adapter, never the store, which must outlive it.
 int store_engine_open(eng_store *st, store *s, const char *job, int keep, eng_err *e);
 

@@ -80,6 +80,12 @@ int store_engine_open(eng_store *st, store *s, const char *job, int keep, eng_er
   a->s = s;
   snprintf(a->job, sizeof a->job, "%s", job);
   a->keep = keep;
+  // A run killed between a commit and its keep left one checkpoint too many;
+  // prune before this run adds any, so deaths in a row cannot pile them up.
+  if (keep > 0 && (rc = store_ckpt_keep(s, job, keep, e))) {
+    free(a);
+    return rc;
+  }
   *st = (eng_store){a, a_begin, a_put, a_commit, a_latest, a_size, a_get, a_act_put, a_act_get, a_act_drop,
                     a_close};
   return 0;

@@ -113,6 +113,15 @@ int main(void) {
   is.close(is.ctx);
   printf("export to %s and import back: weights bit-identical\n", "a Hugging Face directory");
 
+  // An adapter prunes to its keep when it opens: a run killed between a
+  // commit and the keep that follows must not leave the extra to pile up.
+  eng_store k1;
+  CHECK_OK(store_engine_open(&k1, st, "tiny", 1, &e), &e);
+  CHECK_OK(store_ckpt_list(st, "tiny", steps, 8, &n, &e), &e);
+  CHECK(n == 1 && steps[0] == SAVE_AT, "opening with keep 1 left %d checkpoints", n);
+  k1.close(k1.ctx);
+  printf("opening with keep 1 pruned to the newest checkpoint (step %d)\n", SAVE_AT);
+
   es.close(es.ctx);
   store_close(st);
   tmp_cleanup();
