@@ -509,13 +509,16 @@ static void test_sumsq(void) {
 // ---- sgemm -----------------------------------------------------------------
 
 // eng_k_sgemm's definition, bit for bit: per block of ENG_K_GEMM_KB k, one
-// fmaf chain from 0, blocks added into C in order. Shapes take both routes:
-// OpenBLAS (which must compute exactly these chains) and the small-block
-// code, including M = 1 and k that OpenBLAS would split.
+// fmaf chain from 0, blocks added into C in order. Shapes take all three
+// routes: OpenBLAS (which must compute exactly these chains), the small-block
+// code and the packed route (M >= 512, N <= 1024, not transposed A; with a
+// partial last panel and row block), including M = 1 and k that OpenBLAS
+// would split.
 static void test_sgemm(void) {
   printf("sgemm chains\n");
-  int shapes[][3] = {{40, 300, 800}, {1, 8192, 300}, {700, 64, 64}, {18, 64, 64}, {16, 1000, 48}, {37, 33, 500}};
-  for (int s = 0; s < 6; s++) {
+  int shapes[][3] = {{40, 300, 800}, {1, 8192, 300}, {700, 64, 64}, {18, 64, 64}, {16, 1000, 48}, {37, 33, 500},
+                     {600, 100, 400}, {523, 1000, 384}};
+  for (int s = 0; s < 8; s++) {
     int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
     float *a = frandn((size_t)M * K, 1.0f), *b = frandn((size_t)N * K, 1.0f), *c0 = frandn((size_t)M * N, 4.0f);
     float *c = falloc((size_t)M * N);

@@ -8,7 +8,8 @@
 //
 // That is what OpenBLAS's regular sgemm kernels compute for k <= GEMM_Q
 // (448 for the SkylakeX ones; tests/unit/test_kernels.c checks it), so
-// large blocks go to OpenBLAS. Two of its behaviours fall outside it: its
+// large blocks go to OpenBLAS, or to gemm.c's packed route, which computes
+// the same chains with its own panels. Two of OpenBLAS's behaviours fall outside it: its
 // small-matrix kernels (taken when M·N·k <= 1e6) sum in another order, and
 // a k between Q and 2Q is split in halves that its single- and multi-threaded
 // drivers round differently. Hence the k blocks, and small blocks computed
