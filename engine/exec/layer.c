@@ -69,9 +69,43 @@ void eng_layer_scratch_bind(eng_layer_scratch *s, float *p, const eng_config *c,
   if (c->qk_norm) s->dq = take(&p, n * qd), s->dk = take(&p, n * kvd);
 }
 
-static void add_into(float *y, const float *a, const float *b, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+// Row epilogues of the products (eng_k_linear_*_then): the elementwise step
+// that follows a product runs on its rows while they are in cache.
+typedef struct rows_ctx {
+  const eng_config *c;
+  const float *x, *wn;      // the layer input, the MLP norm's weight
+  float *y;                 // the layer output
+  eng_layer_acts *a;
+  const float *dh;          // backward: d hact
+  float *dgu;               //           d gate|up
+} rows_ctx;
+
+// xmid = x + o-projection (in y), then the MLP norm of those rows.
+static void rows_attn_out(void *p, int r0, int r1) {
+  rows_ctx *r = p;
+  const int d = r->c->d_model;
+  for (size_t i = (size_t)r0 * d; i < (size_t)r1 * d; i++) r->a->xmid[i] = r->x[i] + r->y[i];
+  eng_k_rmsnorm_fwd(r->a->xn2 + (size_t)r0 * d, r->a->rstd2 + r0, r->a->xmid + (size_t)r0 * d, r->wn, r1 - r0, d,
+                    r->c->rms_eps);
+}
+
+static void rows_swiglu(void *p, int r0, int r1) {
+  rows_ctx *r = p;
+  const size_t ff = (size_t)r->c->d_ff;
+  eng_k_swiglu_fwd(r->a->hact + r0 * ff, r->a->gu + r0 * 2 * ff, r1 - r0, (int)ff);
+}
+
+// y = down-projection (in y) + xmid.
+static void rows_mlp_out(void *p, int r0, int r1) {
+  rows_ctx *r = p;
+  const int d = r->c->d_model;
+  for (size_t i = (size_t)r0 * d; i < (size_t)r1 * d; i++) r->y[i] = r->y[i] + r->a->xmid[i];
+}
+
+static void rows_swiglu_bwd(void *p, int r0, int r1) {
+  rows_ctx *r = p;
+  const size_t ff = (size_t)r->c->d_ff;
+  eng_k_swiglu_bwd(r->dgu + r0 * 2 * ff, r->dh + r0 * ff, r->a->gu + r0 * 2 * ff, r1 - r0, (int)ff);
 }
 
 void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, const float *x,
@@ -89,16 +123,13 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
   eng_k_rope_fwd(a->q, a->ldq, B, T, H, hd, c->rope_theta);
   eng_k_rope_fwd(a->k, a->ldk, B, T, KV, hd, c->rope_theta);
   eng_k_attention_fwd(a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv, B, T, H, KV, hd);
-  // o projection lands in y, then the residual makes xmid.
-  eng_k_linear_fwd(y, a->att, W(ENG_P_WO), NULL, n, qd, d);
-  add_into(a->xmid, x, y, (size_t)n * d);
-
-  eng_k_rmsnorm_fwd(a->xn2, a->rstd2, a->xmid, W(ENG_P_MLP_NORM), n, d, c->rms_eps);
-  // gate and up as one product: the layout stacks their weights (layout.c).
-  eng_k_linear_fwd(a->gu, a->xn2, W(ENG_P_WGATE), NULL, n, d, 2 * ff);
-  eng_k_swiglu_fwd(a->hact, a->gu, n, ff);
-  eng_k_linear_fwd(y, a->hact, W(ENG_P_WDOWN), NULL, n, ff, d);
-  add_into(y, y, a->xmid, (size_t)n * d);
+  // o projection lands in y; its rows become xmid = x + y and the MLP norm.
+  rows_ctx rc = {c, x, W(ENG_P_MLP_NORM), y, a, NULL, NULL};
+  eng_k_linear_fwd_then(y, a->att, W(ENG_P_WO), NULL, n, qd, d, rows_attn_out, &rc);
+  // gate and up as one product (the layout stacks their weights), SwiGLU on
+  // its rows; then down, plus the residual.
+  eng_k_linear_fwd_then(a->gu, a->xn2, W(ENG_P_WGATE), NULL, n, d, 2 * ff, rows_swiglu, &rc);
+  eng_k_linear_fwd_then(y, a->hact, W(ENG_P_WDOWN), NULL, n, ff, d, rows_mlp_out, &rc);
 }
 
 void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, float *dw,
@@ -108,8 +139,8 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
   const int qd = H * hd, kvd = KV * hd, qkvd = qd + 2 * kvd, ff = c->d_ff;
 
   // MLP: y = xmid + down(silu(gate) * up), gate/up = proj(norm2(xmid)).
-  eng_k_linear_bwd(s->dh, DW(ENG_P_WDOWN), NULL, dy, a->hact, W(ENG_P_WDOWN), n, ff, d, 0);
-  eng_k_swiglu_bwd(s->dgu, s->dh, a->gu, n, ff);
+  rows_ctx rc = {c, x, NULL, NULL, (eng_layer_acts *)a, s->dh, s->dgu};
+  eng_k_linear_bwd_then(s->dh, DW(ENG_P_WDOWN), NULL, dy, a->hact, W(ENG_P_WDOWN), n, ff, d, 0, rows_swiglu_bwd, &rc);
   eng_k_linear_bwd(s->dxn, DW(ENG_P_WGATE), NULL, s->dgu, a->xn2, W(ENG_P_WGATE), n, d, 2 * ff, 0);
   // dy reaches xmid through the residual and through the norm.
   eng_k_rmsnorm_bwd(s->dxmid, DW(ENG_P_MLP_NORM), s->dxn, dy, a->xmid, W(ENG_P_MLP_NORM), a->rstd2, n, d);

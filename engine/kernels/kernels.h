@@ -11,8 +11,10 @@
 // - Determinism: results do not depend on the OpenMP thread count. Reductions
 //   over rows (weight gradients, norms) use fixed row blocks combined in block
 //   order. No FMA contraction except where written as fmaf.
-// - Kernels may run OpenMP regions internally; they never allocate except
-//   where a scratch size function says how much the caller provides.
+// - Kernels may run OpenMP regions internally. They allocate nothing that
+//   outlives a call: beyond what a scratch size function asks the caller
+//   for, only the sgemm's packed panels and the norm backward's partial sums
+//   (a few MiB at most, freed before they return).
 #ifndef ENG_KERNELS_H
 #define ENG_KERNELS_H
 
@@ -26,6 +28,16 @@ void eng_k_linear_fwd(float *y, const float *x, const float *w, const float *b, 
 // and dx do not depend on how the rows are split into calls.
 void eng_k_linear_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                       int n, int in, int out, int accumulate_dx);
+
+// The same, then then(ctx, r0, r1) on rows of y (or dx) once they are final,
+// while they are still in cache where the product allows it: ranges are
+// disjoint and may run at once on different threads (inside a parallel
+// region), so the work on a row must depend on that row alone.
+typedef void (*eng_k_rows_fn)(void *ctx, int r0, int r1);
+void eng_k_linear_fwd_then(float *y, const float *x, const float *w, const float *b, int n, int in, int out,
+                           eng_k_rows_fn then, void *ctx);
+void eng_k_linear_bwd_then(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int n,
+                           int in, int out, int accumulate_dx, eng_k_rows_fn then, void *ctx);
 
 // RMSNorm over the last dim: y = x * rstd * w, rstd[n] = 1/sqrt(mean(x²) + eps).
 // Same formula as transformers: the variance is taken in fp32 and w multiplies last.

@@ -570,6 +570,53 @@ static void test_linear_split(void) {
   free(x), free(w), free(b), free(dy), free(y), free(y2), free(dx), free(dx2);
 }
 
+// A row epilogue (eng_k_linear_*_then) sees each row exactly once, after its
+// product is final, with the bias added: the results equal the product and
+// the same elementwise step after it, bit for bit, whether the rows go
+// through the packed route (600 rows × 100 columns) or not (100 rows).
+typedef struct epi {
+  float *y, *z;
+  int out;
+  int *seen;
+} epi;
+
+static void epi_rows(void *c, int r0, int r1) {
+  epi *p = c;
+  for (int i = r0; i < r1; i++) {
+    p->seen[i]++;
+    for (int j = 0; j < p->out; j++) p->z[(size_t)i * p->out + j] = p->y[(size_t)i * p->out + j] * 0.75f - 1.0f;
+  }
+}
+
+static void test_linear_then(int n) {
+  printf("linear row epilogue n=%d\n", n);
+  const int in = 64, out = 100;
+  float *x = frandn((size_t)n * in, 1.0f), *w = frandn((size_t)out * in, 0.5f), *b = frandn((size_t)out, 1.0f);
+  float *dy = frandn((size_t)n * out, 1.0f), *y = falloc((size_t)n * out), *y2 = falloc((size_t)n * out);
+  float *z = falloc((size_t)n * out), *dx = falloc((size_t)n * in), *dx2 = falloc((size_t)n * in);
+  float *dz = falloc((size_t)n * in);
+  int *seen = calloc((size_t)n, sizeof(int));
+  CHECK(seen, "out of memory");
+  eng_k_linear_fwd(y, x, w, b, n, in, out);
+  epi e = {y2, z, out, seen};
+  eng_k_linear_fwd_then(y2, x, w, b, n, in, out, epi_rows, &e);
+  expect_same("linear_fwd_then y", y2, y, (size_t)n * out);
+  for (int i = 0; i < n; i++) {
+    CHECK(seen[i] == 1, "row %d seen %d times by the forward epilogue", i, seen[i]);
+    for (int j = 0; j < out; j++) {
+      float want = y[(size_t)i * out + j] * 0.75f - 1.0f;
+      CHECK(!memcmp(&z[(size_t)i * out + j], &want, sizeof want), "forward epilogue row %d differs", i);
+    }
+    seen[i] = 0;
+  }
+  eng_k_linear_bwd(dx, NULL, NULL, dy, x, w, n, in, out, 0);
+  epi eb = {dx2, dz, in, seen};
+  eng_k_linear_bwd_then(dx2, NULL, NULL, dy, x, w, n, in, out, 0, epi_rows, &eb);
+  expect_same("linear_bwd_then dx", dx2, dx, (size_t)n * in);
+  for (int i = 0; i < n; i++) CHECK(seen[i] == 1, "row %d seen %d times by the backward epilogue", i, seen[i]);
+  free(x), free(w), free(b), free(dy), free(y), free(y2), free(z), free(dx), free(dx2), free(dz), free(seen);
+}
+
 // ---- thread-count invariance -----------------------------------------------
 
 // Every kernel on sizes large enough to go parallel, once per thread count;
@@ -681,6 +728,8 @@ int main(void) {
   test_sumsq();
   test_sgemm();
   test_linear_split();
+  test_linear_then(600);
+  test_linear_then(100);
   test_thread_invariance();
   printf("ok\n");
   return 0;

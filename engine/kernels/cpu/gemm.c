@@ -100,8 +100,9 @@ static inline void packed_tile(float *restrict C, size_t ldc, const float *restr
 }
 
 // One k block of C = A·op(B) (+ C), A row-major; bp holds kb × N' floats.
+// then (when not NULL: the last block) runs on each 8-row block as it is done.
 static void packed_block(int tb, int M, int N, int kb, const float *A, int lda, const float *B, int ldb, int add,
-                         float *C, int ldc, float *bp) {
+                         float *C, int ldc, float *bp, eng_k_rows_fn then, void *ctx) {
   enum { JB = ENG_K_TILE_JB, RB = ENG_K_TILE_RB };
   const int np = (N + JB - 1) / JB, nrb = (M + RB - 1) / RB;
   const size_t panel = (size_t)kb * JB;
@@ -119,12 +120,21 @@ static void packed_block(int tb, int M, int N, int kb, const float *A, int lda, 
         packed_tile(C + (size_t)r0 * ldc + j0, (size_t)ldc, ap, bp + (size_t)jp * panel, kb, nq,
                     N - j0 < JB ? N - j0 : JB, add);
       }
+      if (then) then(ctx, r0, r0 + nq);
     }
   }
 }
 
+// Rows per range when then runs after the product.
+enum { THEN_ROWS = 32 };
+
 void eng_k_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
                  float *C, int ldc) {
+  eng_k_sgemm_then(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
+}
+
+void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc, eng_k_rows_fn then, void *ctx) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0 && beta == 0.0f)
     for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, sizeof(float) * (size_t)N);
@@ -137,18 +147,25 @@ void eng_k_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, c
     bp = aligned_alloc(64, sizeof(float) * (size_t)ENG_K_GEMM_KB * (size_t)np * ENG_K_TILE_JB);
     packed = bp != NULL;
   }
+  int then_done = 0;
   for (int k0 = 0; k0 < K; k0 += ENG_K_GEMM_KB) {
-    int kb = K - k0 < ENG_K_GEMM_KB ? K - k0 : ENG_K_GEMM_KB;
+    int kb = K - k0 < ENG_K_GEMM_KB ? K - k0 : ENG_K_GEMM_KB, last = k0 + kb >= K;
     int add = k0 > 0 || beta != 0.0f;
     const float *a = ta ? A + (size_t)k0 * lda : A + k0;
     const float *b = tb ? B + k0 : B + (size_t)k0 * ldb;
-    if ((double)M * N * kb <= SMALL_MACS)
+    if ((double)M * N * kb <= SMALL_MACS) {
       small_block(ta, tb, M, N, kb, a, lda, b, ldb, add, C, ldc);
-    else if (packed)
-      packed_block(tb, M, N, kb, a, lda, b, ldb, add, C, ldc, bp);
-    else
+    } else if (packed) {
+      packed_block(tb, M, N, kb, a, lda, b, ldb, add, C, ldc, bp, last ? then : NULL, ctx);
+      then_done = last;
+    } else {
       cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, kb, 1.0f, a,
                   lda, b, ldb, add ? 1.0f : 0.0f, C, ldc);
+    }
   }
   free(bp);
+  if (!then || then_done) return;
+  int nr = (M + THEN_ROWS - 1) / THEN_ROWS;
+#pragma omp parallel for schedule(static) if ((size_t)M * (size_t)N >= 32768)
+  for (int i = 0; i < nr; i++) then(ctx, i * THEN_ROWS, (i + 1) * THEN_ROWS < M ? (i + 1) * THEN_ROWS : M);
 }

@@ -17,11 +17,22 @@
 #ifndef ENG_KERNELS_CPU_GEMM_H
 #define ENG_KERNELS_CPU_GEMM_H
 
+#include "kernels/kernels.h" // eng_k_rows_fn
+
 #define ENG_K_GEMM_KB 384
 
 // Row-major C[M,N] = A·B + beta·C with beta 0 or 1, A = [M,K] (or [K,M] when
 // ta), B = [K,N] (or [N,K] when tb), leading dimensions as in cblas.
 void eng_k_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
                  float *C, int ldc);
+
+// eng_k_sgemm, then then(ctx, r0, r1) for every row range of C once its rows
+// hold their final values: on the packed route right after their last block,
+// while they are in cache; otherwise after the product, in ranges spread over
+// the threads. Ranges are disjoint and may run at once on different threads,
+// so the work on a row must depend on that row alone (then it gives the same
+// bits on every route and thread count).
+void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc, eng_k_rows_fn then, void *ctx);
 
 #endif

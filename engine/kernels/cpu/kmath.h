@@ -8,6 +8,7 @@
 #define ENG_KERNELS_CPU_KMATH_H
 
 #include <math.h>
+#include <omp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -16,6 +17,12 @@
 
 // Below this many elements an OpenMP region costs more than it saves.
 #define ENG_K_PAR_MIN 32768
+
+// Whether a kernel's row loop takes a team: not when its work is too small,
+// nor when the caller is already inside a parallel region (a row epilogue of
+// a product, eng_k_linear_*_then), where even an inactive nested region is a
+// runtime call per 8-row block.
+static inline int eng_k_team(size_t work) { return work >= ENG_K_PAR_MIN && !omp_in_parallel(); }
 
 // The cpu kernels' name for eng_km_expf (kernels/kmath_hd.h): exp in plain
 // arithmetic that the compiler vectorises and the device reproduces.

@@ -15,17 +15,25 @@
 
 // Vector v = i·g + j of n rows × g groups: row i, group j, d values from
 // base + i·ld + j·d. Loops run over rows and groups (no division per vector).
+static void fwd_row(float *y, size_t ldy, float *rstd, const float *x, size_t ldx, const float *w, int i, int g,
+                    int d, float eps) {
+  for (int j = 0; j < g; j++) {
+    const float *xi = x + (size_t)i * ldx + (size_t)j * d;
+    float *yi = y + (size_t)i * ldy + (size_t)j * d;
+    float r = eng_km_rms_rstd(eng_k_sumsq_row(xi, (size_t)d), d, eps);
+    rstd[(size_t)i * g + j] = r;
+    for (int e = 0; e < d; e++) yi[e] = eng_km_rms_y(xi[e], r, w[e]);
+  }
+}
+
 static void norm_fwd(float *y, size_t ldy, float *rstd, const float *x, size_t ldx, const float *w, int n, int g,
                      int d, float eps) {
-#pragma omp parallel for schedule(static) if ((size_t)n * g * (size_t)d >= ENG_K_PAR_MIN)
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < g; j++) {
-      const float *xi = x + (size_t)i * ldx + (size_t)j * d;
-      float *yi = y + (size_t)i * ldy + (size_t)j * d;
-      float r = eng_km_rms_rstd(eng_k_sumsq_row(xi, (size_t)d), d, eps);
-      rstd[(size_t)i * g + j] = r;
-      for (int e = 0; e < d; e++) yi[e] = eng_km_rms_y(xi[e], r, w[e]);
-    }
+  if (!eng_k_team((size_t)n * g * (size_t)d)) {
+    for (int i = 0; i < n; i++) fwd_row(y, ldy, rstd, x, ldx, w, i, g, d, eps);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < n; i++) fwd_row(y, ldy, rstd, x, ldx, w, i, g, d, eps);
 }
 
 // Σ_j dy[j]·w[j]·xhat[j] in double with 8 partial sums in a fixed tree.
