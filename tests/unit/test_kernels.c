@@ -511,9 +511,9 @@ static void test_sumsq(void) {
 // eng_k_sgemm's definition, bit for bit: per block of ENG_K_GEMM_KB k, one
 // fmaf chain from 0, blocks added into C in order. Shapes take all three
 // routes: OpenBLAS (which must compute exactly these chains), the small-block
-// code and the packed route (M >= 512, N <= 1024, not transposed A; with a
-// partial last panel and row block), including M = 1 and k that OpenBLAS
-// would split.
+// code and the packed route (M >= 512, not transposed A, panels that fit in
+// L2; with a partial last panel and row block), including M = 1 and k that
+// OpenBLAS would split.
 static void test_sgemm(void) {
   printf("sgemm chains\n");
   int shapes[][3] = {{40, 300, 800}, {1, 8192, 300}, {700, 64, 64}, {18, 64, 64}, {16, 1000, 48}, {37, 33, 500},
