@@ -11,11 +11,26 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC target("prefer-vector-width=512")
 #endif
+#include "kernels/cpu/kmath.h"
 #include "kernels/cpu/tile.h"
 
 // Blocks with at most this many multiply-adds run here: twice the size below
 // which OpenBLAS may pick its small-matrix kernels.
 #define SMALL_MACS (2.0 * 1000000.0)
+
+// Panel jp of op(B)'s k block: bp[k][j] = op(B)(k, 32·jp + j), zero past N.
+static void panel_pack(float *bp, int tb, const float *B, int ldb, int kb, int N, int jp) {
+  enum { JB = ENG_K_TILE_JB };
+  int j0 = jp * JB, nj = N - j0 < JB ? N - j0 : JB;
+  for (int k = 0; k < kb; k++) {
+    float *d = bp + (size_t)k * JB;
+    if (tb)
+      for (int j = 0; j < nj; j++) d[j] = B[(size_t)(j0 + j) * ldb + k];
+    else
+      memcpy(d, B + (size_t)k * ldb + j0, sizeof(float) * (size_t)nj);
+    for (int j = nj; j < JB; j++) d[j] = 0.0f;
+  }
+}
 
 // One k block (K <= ENG_K_GEMM_KB), C = chains (add = 0) or C + chains
 // (add = 1), 32 columns at a time: op(B)'s columns packed as [k][32], then
@@ -27,9 +42,7 @@ static void small_block(int ta, int tb, int M, int N, int K, const float *A, int
   size_t ars = ta ? 1 : (size_t)lda, aks = ta ? (size_t)lda : 1;
   for (int j0 = 0; j0 < N; j0 += JB) {
     int nj = N - j0 < JB ? N - j0 : JB;
-    for (int k = 0; k < K; k++)
-      for (int j = 0; j < JB; j++)
-        bp[k * JB + j] = j >= nj ? 0.0f : tb ? B[(size_t)(j0 + j) * ldb + k] : B[(size_t)k * ldb + j0 + j];
+    panel_pack(bp, tb, B, ldb, K, N, j0 / JB);
     for (int i0 = 0; i0 < M; i0 += RB) {
       int ni = M - i0 < RB ? M - i0 : RB;
       eng_k_tile_block(ct, JB, A + (size_t)i0 * ars, ars, aks, bp, JB, ni, K, 0);
@@ -67,19 +80,6 @@ static size_t panels_budget(void) {
     __atomic_store_n(&budget, b, __ATOMIC_RELAXED);
   }
   return b;
-}
-
-static void panel_pack(float *bp, int tb, const float *B, int ldb, int kb, int N, int jp) {
-  enum { JB = ENG_K_TILE_JB };
-  int j0 = jp * JB, nj = N - j0 < JB ? N - j0 : JB;
-  for (int k = 0; k < kb; k++) {
-    float *d = bp + (size_t)k * JB;
-    if (tb)
-      for (int j = 0; j < nj; j++) d[j] = B[(size_t)(j0 + j) * ldb + k];
-    else
-      memcpy(d, B + (size_t)k * ldb + j0, sizeof(float) * (size_t)nj);
-    for (int j = nj; j < JB; j++) d[j] = 0.0f;
-  }
 }
 
 static void rows_pack(float *ap, const float *A, int lda, int kb, int nq) {
@@ -182,6 +182,6 @@ void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int l
   free(bp);
   if (!then || then_done) return;
   int nr = (M + THEN_ROWS - 1) / THEN_ROWS;
-#pragma omp parallel for schedule(static) if ((size_t)M * (size_t)N >= 32768)
+#pragma omp parallel for schedule(static) if ((size_t)M * (size_t)N >= ENG_K_PAR_MIN)
   for (int i = 0; i < nr; i++) then(ctx, i * THEN_ROWS, (i + 1) * THEN_ROWS < M ? (i + 1) * THEN_ROWS : M);
 }
