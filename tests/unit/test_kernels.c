@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/kmath.h"
 
 // Tolerances, as max|got − ref| / max|ref| over a tensor. fp32 kernels against
@@ -516,6 +517,8 @@ static void test_sumsq(void) {
 // OpenBLAS would split.
 static void test_sgemm(void) {
   printf("sgemm chains\n");
+  int amx = eng_k_sgemm_amx();
+  eng_k_sgemm_amx_set(0);
   int shapes[][3] = {{40, 300, 800}, {1, 8192, 300}, {700, 64, 64}, {18, 64, 64}, {16, 1000, 48}, {37, 33, 500},
                      {600, 100, 400}, {523, 1000, 384}};
   for (int s = 0; s < 8; s++) {
@@ -544,6 +547,58 @@ static void test_sgemm(void) {
       }
     free(a), free(b), free(c0), free(c);
   }
+  eng_k_sgemm_amx_set(amx);
+}
+
+// The AMX route, where this cpu has one: against double, the error of fp32
+// (the tile unit's internal rounding is not specified, so the bits are
+// checked by their properties): beta 1 gives C + (the beta 0 result) in one
+// rounding, and a block of rows and columns computed alone gives the same
+// bits as inside the whole product. K of 1100 takes three passes.
+static void test_sgemm_amx(void) {
+  if (!eng_k_amx_usable()) {
+    printf("sgemm amx: this cpu has no AMX, skipped\n");
+    return;
+  }
+  printf("sgemm amx\n");
+  int amx = eng_k_sgemm_amx();
+  eng_k_sgemm_amx_set(1);
+  int shapes[][3] = {{40, 300, 800}, {1, 8192, 300}, {700, 64, 64}, {37, 33, 500}, {64, 64, 1100}, {523, 1000, 384}};
+  for (int s = 0; s < 6; s++) {
+    int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+    float *a = frandn((size_t)M * K, 1.0f), *b = frandn((size_t)N * K, 1.0f), *c0 = frandn((size_t)M * N, 4.0f);
+    float *c = falloc((size_t)M * N), *c1 = falloc((size_t)M * N), *part = falloc((size_t)M * N);
+    for (int form = 0; form < 4; form++) { // NT, NN, TN, TT
+      int ta = form >= 2, tb = form == 0 || form == 3, lda = ta ? M : K, ldb = tb ? K : N;
+      eng_k_sgemm(ta, tb, M, N, K, a, lda, b, ldb, 0.0f, c, N);
+      double err = 0.0, big = 0.0;
+      for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+          double ref = 0.0;
+          for (int k = 0; k < K; k++)
+            ref += (double)(ta ? a[(size_t)k * M + i] : a[(size_t)i * K + k]) *
+                   (tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j]);
+          err = fmax(err, fabs(c[(size_t)i * N + j] - ref)), big = fmax(big, fabs(ref));
+        }
+      CHECK(err <= TOL_FWD * big, "sgemm amx form %d M=%d N=%d K=%d: error %.3g of %.3g", form, M, N, K, err, big);
+      memcpy(c1, c0, sizeof(float) * (size_t)M * N);
+      eng_k_sgemm(ta, tb, M, N, K, a, lda, b, ldb, 1.0f, c1, N);
+      for (size_t e = 0; e < (size_t)M * N; e++) {
+        float want = c0[e] + c[e];
+        CHECK(memcmp(&c1[e], &want, sizeof want) == 0, "sgemm amx beta 1 form %d M=%d N=%d K=%d: C[%zu] = %.9g, want %.9g",
+              form, M, N, K, e, c1[e], want);
+      }
+      int i0 = M / 3, ni = M - i0 < 17 ? M - i0 : 17, j0 = N / 5, nj = N - j0 < 45 ? N - j0 : 45;
+      eng_k_sgemm(ta, tb, ni, nj, K, ta ? a + i0 : a + (size_t)i0 * K, lda, tb ? b + (size_t)j0 * K : b + j0, ldb, 0.0f,
+                  part, nj);
+      for (int i = 0; i < ni; i++)
+        CHECK(memcmp(part + (size_t)i * nj, c + (size_t)(i0 + i) * N + j0, sizeof(float) * (size_t)nj) == 0,
+              "sgemm amx form %d M=%d N=%d K=%d: row %d of a %dx%d block differs from the whole product", form, M, N, K,
+              i0 + i, ni, nj);
+    }
+    free(a), free(b), free(c0), free(c), free(c1), free(part);
+  }
+  eng_k_sgemm_amx_set(amx);
 }
 
 // A row's y and dx are the same bits whether the rows come in one call or
@@ -727,10 +782,15 @@ int main(void) {
   test_head_loss(5, 16, 33);
   test_sumsq();
   test_sgemm();
-  test_linear_split();
-  test_linear_then(600);
-  test_linear_then(100);
-  test_thread_invariance();
+  test_sgemm_amx();
+  // The products' route changes bits, so the invariances hold on each.
+  for (int fp32 = 0; fp32 < 1 + eng_k_sgemm_amx(); fp32++) {
+    if (fp32) printf("again on the fp32 route\n"), eng_k_sgemm_amx_set(0);
+    test_linear_split();
+    test_linear_then(600);
+    test_linear_then(100);
+    test_thread_invariance();
+  }
   printf("ok\n");
   return 0;
 }

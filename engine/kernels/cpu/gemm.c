@@ -1,5 +1,7 @@
 #include "kernels/cpu/gemm.h"
 
+#include "kernels/cpu/gemm_amx.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <stdalign.h>
@@ -148,9 +150,36 @@ void eng_k_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, c
   eng_k_sgemm_then(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
 }
 
+// -1 until the first product asks; then the route for the process's life.
+static int amx_route = -1;
+
+int eng_k_sgemm_amx(void) {
+  int r = __atomic_load_n(&amx_route, __ATOMIC_RELAXED);
+  if (r < 0) {
+    const char *e = getenv("TRAIND_CPU_GEMM");
+    r = !(e && strcmp(e, "fp32") == 0) && eng_k_amx_usable();
+    __atomic_store_n(&amx_route, r, __ATOMIC_RELAXED);
+  }
+  return r;
+}
+
+void eng_k_sgemm_amx_set(int on) { __atomic_store_n(&amx_route, on && eng_k_amx_usable(), __ATOMIC_RELAXED); }
+
+// After the product, then on row ranges spread over the threads.
+static void then_after(int M, int N, eng_k_rows_fn then, void *ctx) {
+  int nr = (M + THEN_ROWS - 1) / THEN_ROWS;
+#pragma omp parallel for schedule(static) if ((size_t)M * (size_t)N >= ENG_K_PAR_MIN)
+  for (int i = 0; i < nr; i++) then(ctx, i * THEN_ROWS, (i + 1) * THEN_ROWS < M ? (i + 1) * THEN_ROWS : M);
+}
+
 void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                       float beta, float *C, int ldc, eng_k_rows_fn then, void *ctx) {
   if (M <= 0 || N <= 0) return;
+  if (eng_k_sgemm_amx()) {
+    int rc = eng_k_amx_sgemm(ta, tb, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc, then, ctx);
+    if (rc == 1) then_after(M, N, then, ctx);
+    if (rc >= 0) return;
+  }
   if (K <= 0 && beta == 0.0f)
     for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, sizeof(float) * (size_t)N);
   const int kb0 = K < ENG_K_GEMM_KB ? K : ENG_K_GEMM_KB;
@@ -180,8 +209,5 @@ void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int l
     }
   }
   free(bp);
-  if (!then || then_done) return;
-  int nr = (M + THEN_ROWS - 1) / THEN_ROWS;
-#pragma omp parallel for schedule(static) if ((size_t)M * (size_t)N >= ENG_K_PAR_MIN)
-  for (int i = 0; i < nr; i++) then(ctx, i * THEN_ROWS, (i + 1) * THEN_ROWS < M ? (i + 1) * THEN_ROWS : M);
+  if (then && !then_done) then_after(M, N, then, ctx);
 }

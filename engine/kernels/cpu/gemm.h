@@ -1,12 +1,16 @@
 // sgemm for the cpu kernels, with results defined to the bit.
 //
-// Every call computes, for each block of ENG_K_GEMM_KB consecutive k, each
-// element's dot product as one fmaf chain in increasing k from 0, and adds
-// the blocks into C in k order (C = block 1 when beta is 0). So a row's
-// result depends on nothing but its own inputs: not on how many rows the
-// call has, where the row sits, or the thread count.
+// Two routes, one per process (eng_k_sgemm_amx says which):
+// - On a cpu with AMX (kernels/cpu/gemm_amx.h), the product of three-way
+//   bf16 splits on the tile unit: fp32's accuracy, its bits defined per
+//   element there, about 1.5x OpenBLAS's speed on a training step's shapes.
+// - Otherwise fp32 fmaf chains: for each block of ENG_K_GEMM_KB consecutive
+//   k, each element's dot product as one fmaf chain in increasing k from 0,
+//   the blocks added into C in k order (C = block 1 when beta is 0).
+// On either route a row's result depends on nothing but its own inputs: not
+// on how many rows the call has, where the row sits, or the thread count.
 //
-// That is what OpenBLAS's regular sgemm kernels compute for k <= GEMM_Q
+// The chains are what OpenBLAS's regular sgemm kernels compute for k <= GEMM_Q
 // (448 for the SkylakeX ones; tests/unit/test_kernels.c checks it), so
 // large blocks go to OpenBLAS, or to gemm.c's packed route, which computes
 // the same chains with its own panels. Two of OpenBLAS's behaviours fall outside it: its
@@ -34,5 +38,12 @@ void eng_k_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, c
 // bits on every route and thread count).
 void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                       float beta, float *C, int ldc, eng_k_rows_fn then, void *ctx);
+
+// Whether products take the AMX route: where eng_k_amx_usable(), unless the
+// environment says TRAIND_CPU_GEMM=fp32 when the first product runs.
+int eng_k_sgemm_amx(void);
+// Tests: the route from now on (AMX only where usable). A run must not
+// change it between steps: the two routes differ in the last bits.
+void eng_k_sgemm_amx_set(int on);
 
 #endif

@@ -1,0 +1,298 @@
+#include "kernels/cpu/gemm_amx.h"
+
+#include <immintrin.h>
+#include <omp.h>
+#include <stdalign.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+// Asked of the kernel once: the tile data state is off until a process asks
+// for it (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA).
+enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+
+int eng_k_amx_usable(void) {
+  static int usable = -1; // written with the same value by any thread
+  int u = __atomic_load_n(&usable, __ATOMIC_RELAXED);
+  if (u < 0) {
+    __builtin_cpu_init();
+    u = __builtin_cpu_supports("amx-bf16") && __builtin_cpu_supports("avx512bf16") &&
+        __builtin_cpu_supports("avx512bw") && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    __atomic_store_n(&usable, u, __ATOMIC_RELAXED);
+  }
+  return u;
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")
+
+// Tiles are 16 rows of 32 bf16 (64 bytes). A block is 32 rows of C (two
+// tiles of A) or 32 columns (two tiles of B); per k block of 32 it is
+// packed as [split h, m, l][half][16 rows of 64 bytes]:
+// - A's tile row i holds row i's 32 k in order;
+// - B's tile row p holds, for 16 columns, the pair k = 2p, 2p+1 (the tile
+//   unit's layout for its second operand).
+enum { TROWS = 16, TK = 32, BLK = 32, TILE = TROWS * TK, SPLIT = 2 * TILE, KBLK = 3 * SPLIT };
+
+typedef struct tilecfg {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tilecfg;
+
+// x = h + m + l, each the bf16 nearest the remainder: x - h and (x - h) - m
+// are exact in fp32 (within a factor of 2 of what they round), and the last
+// remainder has at most 8 significant bits, so l is exact too.
+static inline void split3(__m512 x, __m256i out[3]) {
+  for (int s = 0; s < 3; s++) {
+    __m256i b = (__m256i)_mm512_cvtneps_pbh(x);
+    out[s] = b;
+    if (s < 2) x = _mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+  }
+}
+
+// Sixteen rows of 16 dwords transposed in registers.
+static inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // r[4i + c], 128-bit block b: column 4b + c, rows 4i .. 4i + 3.
+  for (int c = 0; c < 4; c++) {
+    __m512i v0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), v1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
+    __m512i v2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88), v3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+    t[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    t[8 + c] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+    t[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+  }
+  for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+static inline __mmask16 lanes(int n) { return n <= 0 ? 0 : n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
+
+static inline void tiles_store(uint16_t *t, __m512i v[3][16], int transpose) {
+  for (int s = 0; s < 3; s++) {
+    if (transpose) transpose16(v[s]);
+    for (int r = 0; r < TROWS; r++) _mm512_store_si512(t + (size_t)s * SPLIT + r * TK, v[s][r]);
+  }
+}
+
+// The three split tiles at t from nv vectors whose k run along memory:
+// vector e is src + e·ld, k0 .. k0 + kn. Each gives a tile row of 16 pairs
+// (A's layout), transposed into B's when asked.
+static void tiles_from_k_rows(uint16_t *t, const float *src, size_t ld, int nv, int kn, int transpose) {
+  __m512i v[3][16];
+  __mmask16 m0 = lanes(kn), m1 = lanes(kn - 16);
+  for (int e = 0; e < TROWS; e++) {
+    if (e >= nv) {
+      for (int s = 0; s < 3; s++) v[s][e] = _mm512_setzero_si512();
+      continue;
+    }
+    __m256i lo[3], hi[3];
+    split3(_mm512_maskz_loadu_ps(m0, src + (size_t)e * ld), lo);
+    split3(_mm512_maskz_loadu_ps(m1, src + (size_t)e * ld + 16), hi);
+    for (int s = 0; s < 3; s++) v[s][e] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[s]), hi[s], 1);
+  }
+  tiles_store(t, v, transpose);
+}
+
+// The same from vectors that run across memory: k = k0 + q is the row
+// src + q·ld, elements 0 .. ne. Pairs of k rows interleave into B's layout,
+// transposed into A's when asked.
+static void tiles_from_k_cols(uint16_t *t, const float *src, size_t ld, int ne, int kn, int transpose) {
+  __m512i v[3][16];
+  __mmask16 m = lanes(ne);
+  for (int p = 0; p < TROWS; p++) {
+    __m256i even[3], odd[3];
+    __m512 x0 = 2 * p < kn ? _mm512_maskz_loadu_ps(m, src + (size_t)(2 * p) * ld) : _mm512_setzero_ps();
+    __m512 x1 = 2 * p + 1 < kn ? _mm512_maskz_loadu_ps(m, src + (size_t)(2 * p + 1) * ld) : _mm512_setzero_ps();
+    split3(x0, even);
+    split3(x1, odd);
+    for (int s = 0; s < 3; s++)
+      v[s][p] = _mm512_or_si512(_mm512_cvtepu16_epi32(even[s]), _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd[s]), 16));
+  }
+  tiles_store(t, v, transpose);
+}
+
+// One operand: element e at k is p[e·ld + k] when its k run along memory
+// (A not transposed, B transposed), else p[k·ld + e]; n elements (rows of
+// A or columns of B), K deep.
+typedef struct operand {
+  const float *p;
+  size_t ld;
+  int kcontig, is_b, n, K;
+} operand;
+
+// Block blk (elements 32·blk ..) of o, k blocks kb0 .. kb0 + nkb, to dst.
+static void block_pack(uint16_t *dst, const operand *o, int blk, int kb0, int nkb) {
+  int transpose = o->kcontig == o->is_b;
+  for (int kb = kb0; kb < kb0 + nkb; kb++)
+    for (int half = 0; half < 2; half++) {
+      int e0 = blk * BLK + half * TROWS, ne = o->n - e0, k0 = kb * TK, kn = o->K - k0 < TK ? o->K - k0 : TK;
+      uint16_t *t = dst + (size_t)(kb - kb0) * KBLK + half * TILE;
+      if (o->kcontig)
+        tiles_from_k_rows(t, o->p + (size_t)(ne > 0 ? e0 : 0) * o->ld + k0, o->ld, ne, kn, transpose);
+      else
+        tiles_from_k_cols(t, o->p + (size_t)k0 * o->ld + (ne > 0 ? e0 : 0), o->ld, ne, kn, transpose);
+    }
+}
+
+// acc[32][32] of a packed 32-row block of A against a packed 32-column block
+// of B. Tiles 0-3 accumulate C (rows 0-15 | 16-31 × columns 0-15 | 16-31),
+// 4-5 hold A's halves, 6-7 B's. The pairs run lh, mh, mm, hm, hh, hl, which
+// reloads B's tiles 4 times per k block instead of 6.
+static void block_product(float acc[BLK * BLK], int resume, const uint16_t *a, const uint16_t *b, int nkb) {
+  if (resume) {
+    _tile_loadd(0, acc, BLK * 4);
+    _tile_loadd(1, acc + TROWS, BLK * 4);
+    _tile_loadd(2, acc + TROWS * BLK, BLK * 4);
+    _tile_loadd(3, acc + TROWS * BLK + TROWS, BLK * 4);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+#define LOAD_A(s)                                                                                                 \
+  do {                                                                                                            \
+    _tile_loadd(4, ak + (s) * SPLIT, 64);                                                                         \
+    _tile_loadd(5, ak + (s) * SPLIT + TILE, 64);                                                                  \
+  } while (0)
+#define LOAD_B(s)                                                                                                 \
+  do {                                                                                                            \
+    _tile_loadd(6, bk + (s) * SPLIT, 64);                                                                         \
+    _tile_loadd(7, bk + (s) * SPLIT + TILE, 64);                                                                  \
+  } while (0)
+#define DP4()                                                                                                     \
+  do {                                                                                                            \
+    _tile_dpbf16ps(0, 4, 6);                                                                                      \
+    _tile_dpbf16ps(1, 4, 7);                                                                                      \
+    _tile_dpbf16ps(2, 5, 6);                                                                                      \
+    _tile_dpbf16ps(3, 5, 7);                                                                                      \
+  } while (0)
+  for (int kb = 0; kb < nkb; kb++) {
+    const uint16_t *ak = a + (size_t)kb * KBLK, *bk = b + (size_t)kb * KBLK;
+    LOAD_A(2);
+    LOAD_B(0);
+    DP4(); // lh
+    LOAD_A(1);
+    DP4(); // mh
+    LOAD_B(1);
+    DP4(); // mm
+    LOAD_A(0);
+    DP4(); // hm
+    LOAD_B(0);
+    DP4(); // hh
+    LOAD_B(2);
+    DP4(); // hl
+  }
+#undef LOAD_A
+#undef LOAD_B
+#undef DP4
+  _tile_stored(0, acc, BLK * 4);
+  _tile_stored(1, acc + TROWS, BLK * 4);
+  _tile_stored(2, acc + TROWS * BLK, BLK * 4);
+  _tile_stored(3, acc + TROWS * BLK + TROWS, BLK * 4);
+}
+
+static void block_store(float *C, size_t ldc, const float *acc, int ni, int nj, int add) {
+  for (int i = 0; i < ni; i++) {
+    float *c = C + (size_t)i * ldc;
+    const float *s = acc + i * BLK;
+    if (add)
+      for (int j = 0; j < nj; j++) c[j] += s[j];
+    else
+      memcpy(c, s, sizeof(float) * (size_t)nj);
+  }
+}
+
+static void tiles_config(void) {
+  tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = TROWS;
+  _tile_loadconfig(&cfg);
+}
+
+// k blocks per pass (512 k). Between passes the accumulators are stored and
+// reloaded, which changes no bit but drains the tile unit: passes of 128
+// k, whose packed row block would stay in L1, ran 8% slower on the 5M bench
+// model's shapes, and one pass for all k 15% slower (its K of 2048).
+enum { PASS_KB = 16 };
+
+// Bytes of packed panels that stay in L2 while the other operand's blocks
+// pass over them (3/4 of it: the 2 MiB of these machines).
+static size_t l2_budget(void) {
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return (l2 > 0 ? (size_t)l2 : (size_t)1 << 20) / 4 * 3;
+}
+
+int eng_k_amx_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, int add,
+                    float *C, int ldc, eng_k_rows_fn then, void *ctx) {
+  if (M <= 0 || N <= 0) return 0;
+  const int nkb = (K + TK - 1) / TK, nrb = (M + BLK - 1) / BLK, ncb = (N + BLK - 1) / BLK;
+  const int npass = nkb ? (nkb + PASS_KB - 1) / PASS_KB : 1;
+  operand a = {A, (size_t)lda, !ta, 0, M, K}, b = {B, (size_t)ldb, tb, 1, N, K};
+  // One operand is packed whole up front; the other a block and a pass at
+  // a time by the thread that uses it, against every block of the whole
+  // one. B is the whole one (so rows finish together, for then) unless its
+  // pass does not fit in L2 and A's does: the head's 4096-wide logits.
+  const size_t pass_bytes = sizeof(uint16_t) * PASS_KB * KBLK / BLK;
+  const int rows_outer = pass_bytes * (size_t)N <= l2_budget() || pass_bytes * (size_t)M > l2_budget();
+  const operand *whole = rows_outer ? &b : &a, *part = rows_outer ? &a : &b;
+  const int nwhole = rows_outer ? ncb : nrb, npart = rows_outer ? nrb : ncb;
+  const size_t blk = (size_t)nkb * KBLK;
+  // Below a few million multiply-adds a second thread costs more than it saves.
+  const int nthr = (double)M * N * K < 4e6 ? 1 : omp_get_max_threads();
+  uint16_t *wp = aligned_alloc(64, sizeof(uint16_t) * (blk ? blk : 1) * (size_t)nwhole);
+  uint16_t *pp = aligned_alloc(64, sizeof(uint16_t) * PASS_KB * KBLK * (size_t)nthr);
+  float *accs = npass > 1 ? aligned_alloc(64, sizeof(float) * BLK * BLK * (size_t)nrb * (size_t)ncb) : NULL;
+  if (!wp || !pp || (npass > 1 && !accs)) {
+    free(wp), free(pp), free(accs);
+    return -1;
+  }
+#pragma omp parallel num_threads(nthr)
+  {
+    tiles_config();
+    uint16_t *mine = pp + (size_t)PASS_KB * KBLK * (size_t)omp_get_thread_num();
+    alignas(64) float local[BLK * BLK];
+#pragma omp for schedule(static)
+    for (int w = 0; w < nwhole; w++) block_pack(wp + blk * (size_t)w, whole, w, 0, nkb);
+    for (int pass = 0; pass < npass; pass++) {
+      const int kb0 = pass * PASS_KB, nk = nkb - kb0 < PASS_KB ? nkb - kb0 : PASS_KB, last = pass == npass - 1;
+      // The same static schedule every pass: a block's accumulators stay
+      // with one thread, so the passes need no barrier between them.
+#pragma omp for schedule(static) nowait
+      for (int q = 0; q < npart; q++) {
+        block_pack(mine, part, q, kb0, nk);
+        for (int w = 0; w < nwhole; w++) {
+          int rb = rows_outer ? q : w, cb = rows_outer ? w : q;
+          const uint16_t *wk = wp + blk * (size_t)w + (size_t)kb0 * KBLK;
+          float *acc = npass > 1 ? accs + (size_t)BLK * BLK * ((size_t)rb * ncb + cb) : local;
+          block_product(acc, pass > 0, rows_outer ? mine : wk, rows_outer ? wk : mine, nk);
+          if (!last) continue;
+          int i0 = rb * BLK, j0 = cb * BLK;
+          block_store(C + (size_t)i0 * ldc + j0, (size_t)ldc, acc, M - i0 < BLK ? M - i0 : BLK,
+                      N - j0 < BLK ? N - j0 : BLK, add);
+        }
+        if (last && then && rows_outer) then(ctx, q * BLK, q * BLK + BLK < M ? q * BLK + BLK : M);
+      }
+    }
+    _tile_release();
+  }
+  free(wp), free(pp), free(accs);
+  if (then && !rows_outer) return 1;
+  return 0;
+}
+
+#pragma GCC pop_options
