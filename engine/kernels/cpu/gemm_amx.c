@@ -113,6 +113,11 @@ static void tiles_from_k_cols(uint16_t *t, const float *src, size_t ld, int ne, 
   __m512i v[3][16];
   __mmask16 m = lanes(ne);
   for (int p = 0; p < TROWS; p++) {
+    // The rows are a stride apart that the hardware prefetchers do not
+    // follow: fetch the next k block's while this one is split (a prefetch
+    // past the operand's end is dropped, never a fault). bench5m +4%.
+    _mm_prefetch((const char *)(src + (size_t)(2 * p + TK) * ld), _MM_HINT_T0);
+    _mm_prefetch((const char *)(src + (size_t)(2 * p + 1 + TK) * ld), _MM_HINT_T0);
     __m256i even[3], odd[3];
     __m512 x0 = 2 * p < kn ? _mm512_maskz_loadu_ps(m, src + (size_t)(2 * p) * ld) : _mm512_setzero_ps();
     __m512 x1 = 2 * p + 1 < kn ? _mm512_maskz_loadu_ps(m, src + (size_t)(2 * p + 1) * ld) : _mm512_setzero_ps();
@@ -291,8 +296,7 @@ int eng_k_amx_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda
     _tile_release();
   }
   free(wp), free(pp), free(accs);
-  if (then && !rows_outer) return 1;
-  return 0;
+  return then && !rows_outer;
 }
 
 #pragma GCC pop_options
