@@ -554,7 +554,9 @@ static void test_sgemm(void) {
 // (the tile unit's internal rounding is not specified, so the bits are
 // checked by their properties): beta 1 gives C + (the beta 0 result) in one
 // rounding, and a block of rows and columns computed alone gives the same
-// bits as inside the whole product. K of 1100 takes three passes.
+// bits as inside the whole product. K of 1100 takes three passes; with 2 MiB
+// of L2, 1 × 8192 packs A as the whole operand, 523 × 1000 meets B's blocks
+// in groups, and 600³ does both groups and passes.
 static void test_sgemm_amx(void) {
   if (!eng_k_amx_usable()) {
     printf("sgemm amx: this cpu has no AMX, skipped\n");
@@ -563,8 +565,9 @@ static void test_sgemm_amx(void) {
   printf("sgemm amx\n");
   int amx = eng_k_sgemm_amx();
   eng_k_sgemm_amx_set(1);
-  int shapes[][3] = {{40, 300, 800}, {1, 8192, 300}, {700, 64, 64}, {37, 33, 500}, {64, 64, 1100}, {523, 1000, 384}};
-  for (int s = 0; s < 6; s++) {
+  int shapes[][3] = {{40, 300, 800}, {1, 8192, 300}, {700, 64, 64},     {37, 33, 500},
+                     {64, 64, 1100}, {523, 1000, 384}, {600, 600, 600}};
+  for (int s = 0; s < 7; s++) {
     int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
     float *a = frandn((size_t)M * K, 1.0f), *b = frandn((size_t)N * K, 1.0f), *c0 = frandn((size_t)M * N, 4.0f);
     float *c = falloc((size_t)M * N), *c1 = falloc((size_t)M * N), *part = falloc((size_t)M * N);

@@ -248,19 +248,24 @@ int eng_k_amx_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda
   const int nkb = (K + TK - 1) / TK, nrb = (M + BLK - 1) / BLK, ncb = (N + BLK - 1) / BLK;
   const int npass = nkb ? (nkb + PASS_KB - 1) / PASS_KB : 1;
   operand a = {A, (size_t)lda, !ta, 0, M, K}, b = {B, (size_t)ldb, tb, 1, N, K};
-  // One operand is packed whole up front; the other a block and a pass at
-  // a time by the thread that uses it, against every block of the whole
-  // one. B is the whole one (so rows finish together, for then) unless its
-  // pass does not fit in L2 and A's does: the head's 4096-wide logits.
-  const size_t pass_bytes = sizeof(uint16_t) * PASS_KB * KBLK / BLK;
-  const int rows_outer = pass_bytes * (size_t)N <= l2_budget() || pass_bytes * (size_t)M > l2_budget();
+  // Per pass of 512 k, one operand (the "whole" one) is packed first, all
+  // its blocks, by both threads; then each thread takes blocks of the other
+  // (the "part" one) and multiplies each against the whole one's blocks, a
+  // group at a time whose packed pass fits in L2. With one group the part
+  // block is packed right before its products, while it is in cache;
+  // with more, the thread packs its part blocks for the pass first.
+  // B is the whole one (so rows finish together, for then) unless its pass
+  // does not fit in L2 and A's does: the head's logits, 4096 or more wide.
+  const size_t pass_blk = (size_t)PASS_KB * KBLK, pass_bytes = sizeof(uint16_t) * pass_blk;
+  const int rows_outer = pass_bytes / BLK * (size_t)N <= l2_budget() || pass_bytes / BLK * (size_t)M > l2_budget();
   const operand *whole = rows_outer ? &b : &a, *part = rows_outer ? &a : &b;
   const int nwhole = rows_outer ? ncb : nrb, npart = rows_outer ? nrb : ncb;
-  const size_t blk = (size_t)nkb * KBLK;
+  const int group = l2_budget() / pass_bytes > 1 ? (int)(l2_budget() / pass_bytes) : 1;
+  const int grouped = nwhole > group;
   // Below a few million multiply-adds a second thread costs more than it saves.
   const int nthr = (double)M * N * K < 4e6 ? 1 : omp_get_max_threads();
-  uint16_t *wp = aligned_alloc(64, sizeof(uint16_t) * (blk ? blk : 1) * (size_t)nwhole);
-  uint16_t *pp = aligned_alloc(64, sizeof(uint16_t) * PASS_KB * KBLK * (size_t)nthr);
+  uint16_t *wp = aligned_alloc(64, pass_bytes * (size_t)nwhole);
+  uint16_t *pp = aligned_alloc(64, pass_bytes * (size_t)(grouped ? npart : nthr));
   float *accs = npass > 1 ? aligned_alloc(64, sizeof(float) * BLK * BLK * (size_t)nrb * (size_t)ncb) : NULL;
   if (!wp || !pp || (npass > 1 && !accs)) {
     free(wp), free(pp), free(accs);
@@ -269,28 +274,39 @@ int eng_k_amx_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda
 #pragma omp parallel num_threads(nthr)
   {
     tiles_config();
-    uint16_t *mine = pp + (size_t)PASS_KB * KBLK * (size_t)omp_get_thread_num();
     alignas(64) float local[BLK * BLK];
-#pragma omp for schedule(static)
-    for (int w = 0; w < nwhole; w++) block_pack(wp + blk * (size_t)w, whole, w, 0, nkb);
     for (int pass = 0; pass < npass; pass++) {
       const int kb0 = pass * PASS_KB, nk = nkb - kb0 < PASS_KB ? nkb - kb0 : PASS_KB, last = pass == npass - 1;
-      // The same static schedule every pass: a block's accumulators stay
-      // with one thread, so the passes need no barrier between them.
+      if (pass > 0) {
+#pragma omp barrier
+      }
+#pragma omp for schedule(static)
+      for (int w = 0; w < nwhole; w++) block_pack(wp + pass_blk * (size_t)w, whole, w, kb0, nk);
+      // The same static schedule in every loop over q: a thread packs the
+      // part blocks it multiplies and keeps their accumulators, so these
+      // loops need no barrier between them.
+      if (grouped) {
 #pragma omp for schedule(static) nowait
-      for (int q = 0; q < npart; q++) {
-        block_pack(mine, part, q, kb0, nk);
-        for (int w = 0; w < nwhole; w++) {
-          int rb = rows_outer ? q : w, cb = rows_outer ? w : q;
-          const uint16_t *wk = wp + blk * (size_t)w + (size_t)kb0 * KBLK;
-          float *acc = npass > 1 ? accs + (size_t)BLK * BLK * ((size_t)rb * ncb + cb) : local;
-          block_product(acc, pass > 0, rows_outer ? mine : wk, rows_outer ? wk : mine, nk);
-          if (!last) continue;
-          int i0 = rb * BLK, j0 = cb * BLK;
-          block_store(C + (size_t)i0 * ldc + j0, (size_t)ldc, acc, M - i0 < BLK ? M - i0 : BLK,
-                      N - j0 < BLK ? N - j0 : BLK, add);
+        for (int q = 0; q < npart; q++) block_pack(pp + pass_blk * (size_t)q, part, q, kb0, nk);
+      }
+      for (int g0 = 0; g0 < nwhole; g0 += group) {
+        const int g1 = g0 + group < nwhole ? g0 + group : nwhole;
+#pragma omp for schedule(static) nowait
+        for (int q = 0; q < npart; q++) {
+          uint16_t *mine = pp + pass_blk * (size_t)(grouped ? q : omp_get_thread_num());
+          if (!grouped) block_pack(mine, part, q, kb0, nk);
+          for (int w = g0; w < g1; w++) {
+            int rb = rows_outer ? q : w, cb = rows_outer ? w : q;
+            const uint16_t *wk = wp + pass_blk * (size_t)w;
+            float *acc = npass > 1 ? accs + (size_t)BLK * BLK * ((size_t)rb * ncb + cb) : local;
+            block_product(acc, pass > 0, rows_outer ? mine : wk, rows_outer ? wk : mine, nk);
+            if (!last) continue;
+            int i0 = rb * BLK, j0 = cb * BLK;
+            block_store(C + (size_t)i0 * ldc + j0, (size_t)ldc, acc, M - i0 < BLK ? M - i0 : BLK,
+                        N - j0 < BLK ? N - j0 : BLK, add);
+          }
+          if (last && g1 == nwhole && then && rows_outer) then(ctx, q * BLK, q * BLK + BLK < M ? q * BLK + BLK : M);
         }
-        if (last && then && rows_outer) then(ctx, q * BLK, q * BLK + BLK < M ? q * BLK + BLK : M);
       }
     }
     _tile_release();
