@@ -152,16 +152,19 @@ static void block_pack(uint16_t *dst, const operand *o, int blk, int kb0, int nk
     }
 }
 
-// acc[32][32] of a packed 32-row block of A against a packed 32-column block
-// of B. Tiles 0-3 accumulate C (rows 0-15 | 16-31 × columns 0-15 | 16-31),
-// 4-5 hold A's halves, 6-7 B's. The pairs run lh, mh, mm, hm, hh, hl, which
-// reloads B's tiles 4 times per k block instead of 6.
-static void block_product(float acc[BLK * BLK], int resume, const uint16_t *a, const uint16_t *b, int nkb) {
+// acc (32 × 32, rows ld floats apart) of a packed 32-row block of A against
+// a packed 32-column block of B, from 0 or (resume) from acc. Tiles 0-3
+// accumulate C (rows 0-15 | 16-31 × columns 0-15 | 16-31), 4-5 hold A's
+// halves, 6-7 B's. The pairs run lh, mh, mm, hm, hh, hl, which reloads B's
+// tiles 4 times per k block instead of 6.
+static void block_product(float *acc, size_t ld, int resume, const uint16_t *a, const uint16_t *b, int nkb) {
+  const size_t stride = ld * sizeof(float);
+  float *acc1 = acc + TROWS, *acc2 = acc + TROWS * ld, *acc3 = acc + TROWS * ld + TROWS;
   if (resume) {
-    _tile_loadd(0, acc, BLK * 4);
-    _tile_loadd(1, acc + TROWS, BLK * 4);
-    _tile_loadd(2, acc + TROWS * BLK, BLK * 4);
-    _tile_loadd(3, acc + TROWS * BLK + TROWS, BLK * 4);
+    _tile_loadd(0, acc, stride);
+    _tile_loadd(1, acc1, stride);
+    _tile_loadd(2, acc2, stride);
+    _tile_loadd(3, acc3, stride);
   } else {
     _tile_zero(0);
     _tile_zero(1);
@@ -204,10 +207,10 @@ static void block_product(float acc[BLK * BLK], int resume, const uint16_t *a, c
 #undef LOAD_A
 #undef LOAD_B
 #undef DP4
-  _tile_stored(0, acc, BLK * 4);
-  _tile_stored(1, acc + TROWS, BLK * 4);
-  _tile_stored(2, acc + TROWS * BLK, BLK * 4);
-  _tile_stored(3, acc + TROWS * BLK + TROWS, BLK * 4);
+  _tile_stored(0, acc, stride);
+  _tile_stored(1, acc1, stride);
+  _tile_stored(2, acc2, stride);
+  _tile_stored(3, acc3, stride);
 }
 
 static void block_store(float *C, size_t ldc, const float *acc, int ni, int nj, int add) {
@@ -296,14 +299,17 @@ int eng_k_amx_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda
           uint16_t *mine = pp + pass_blk * (size_t)(grouped ? q : omp_get_thread_num());
           if (!grouped) block_pack(mine, part, q, kb0, nk);
           for (int w = g0; w < g1; w++) {
-            int rb = rows_outer ? q : w, cb = rows_outer ? w : q;
+            const int rb = rows_outer ? q : w, cb = rows_outer ? w : q, i0 = rb * BLK, j0 = cb * BLK;
+            const int ni = M - i0 < BLK ? M - i0 : BLK, nj = N - j0 < BLK ? N - j0 : BLK;
             const uint16_t *wk = wp + pass_blk * (size_t)w;
-            float *acc = npass > 1 ? accs + (size_t)BLK * BLK * ((size_t)rb * ncb + cb) : local;
-            block_product(acc, pass > 0, rows_outer ? mine : wk, rows_outer ? wk : mine, nk);
-            if (!last) continue;
-            int i0 = rb * BLK, j0 = cb * BLK;
-            block_store(C + (size_t)i0 * ldc + j0, (size_t)ldc, acc, M - i0 < BLK ? M - i0 : BLK,
-                        N - j0 < BLK ? N - j0 : BLK, add);
+            // A whole block of C = acc accumulates in C itself: no copy.
+            const int direct = !add && ni == BLK && nj == BLK;
+            float *acc = direct      ? C + (size_t)i0 * ldc + j0
+                         : npass > 1 ? accs + (size_t)BLK * BLK * ((size_t)rb * ncb + cb)
+                                     : local;
+            block_product(acc, direct ? (size_t)ldc : BLK, pass > 0, rows_outer ? mine : wk, rows_outer ? wk : mine,
+                          nk);
+            if (last && !direct) block_store(C + (size_t)i0 * ldc + j0, (size_t)ldc, acc, ni, nj, add);
           }
           if (last && g1 == nwhole && then && rows_outer) then(ctx, q * BLK, q * BLK + BLK < M ? q * BLK + BLK : M);
         }
