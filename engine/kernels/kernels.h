@@ -13,8 +13,9 @@
 //   order. No FMA contraction except where written as fmaf.
 // - Kernels may run OpenMP regions internally. They allocate nothing that
 //   outlives a call: beyond what a scratch size function asks the caller
-//   for, only the sgemm's packed panels and the norm backward's partial sums
-//   (a few MiB at most, freed before they return).
+//   for, only the sgemm's packed panels (on the AMX route at most the size
+//   of C plus a 512-deep slice of A and of B, kernels/cpu/gemm_amx.c) and
+//   the norm backward's partial sums, freed before they return.
 #ifndef ENG_KERNELS_H
 #define ENG_KERNELS_H
 
