@@ -48,6 +48,12 @@ static void usage(FILE *f) {
           "  --export DIR        write the trained model as a Hugging Face directory\n"
           "  --quiet             print only the summary line\n"
           "\n"
+          "environment:\n"
+          "  OMP_NUM_THREADS     threads of the cpu kernels (default: every core)\n"
+          "  TRAIND_CPU_GEMM     fp32: the cpu products as fp32 chains even where the cpu\n"
+          "                      has AMX (default: on AMX, split-bf16 with fp32 accuracy;\n"
+          "                      the two differ in the last bits)\n"
+          "\n"
           "Output: 'step N loss X lr X tok/s X' per step, then a summary line.\n"
           "Exit codes: 0 success, 1 training or I/O error, 2 bad usage.\n");
 }
