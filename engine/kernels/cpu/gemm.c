@@ -179,6 +179,8 @@ void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int l
     int rc = eng_k_amx_sgemm(ta, tb, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc, then, ctx);
     if (rc == 1) then_after(M, N, then, ctx);
     if (rc >= 0) return;
+    // Its buffers could not be had: the chains below need a few MiB at
+    // most, and differ from it only in the last bits.
   }
   if (K <= 0 && beta == 0.0f)
     for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, sizeof(float) * (size_t)N);
