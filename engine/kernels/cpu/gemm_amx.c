@@ -13,6 +13,21 @@
 // for it (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA).
 enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
 
+#ifndef TRAIND_HAVE_AMX
+
+// Built by a compiler without the tile intrinsics (engine/CMakeLists.txt):
+// no route to offer.
+int eng_k_amx_usable(void) { return 0; }
+
+int eng_k_amx_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, int add,
+                    float *C, int ldc, eng_k_rows_fn then, void *ctx) {
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)add, (void)C,
+      (void)ldc, (void)then, (void)ctx;
+  return -1;
+}
+
+#else
+
 int eng_k_amx_usable(void) {
   static int usable = -1; // written with the same value by any thread
   int u = __atomic_load_n(&usable, __ATOMIC_RELAXED);
@@ -324,3 +339,5 @@ int eng_k_amx_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda
 }
 
 #pragma GCC pop_options
+
+#endif
