@@ -570,36 +570,35 @@ static void test_sgemm_amx(void) {
   for (int s = 0; s < 7; s++) {
     int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
     float *a = frandn((size_t)M * K, 1.0f), *b = frandn((size_t)N * K, 1.0f), *c0 = frandn((size_t)M * N, 4.0f);
-    float *c = falloc((size_t)M * N), *c1 = falloc((size_t)M * N), *part = falloc((size_t)M * N);
+    float *c = falloc((size_t)M * N), *c1 = falloc((size_t)M * N), *want = falloc((size_t)M * N);
+    float *part = falloc((size_t)M * N);
+    double *ref = dalloc((size_t)M * N);
     for (int form = 0; form < 4; form++) { // NT, NN, TN, TT
       int ta = form >= 2, tb = form == 0 || form == 3, lda = ta ? M : K, ldb = tb ? K : N;
+      char what[64];
+      snprintf(what, sizeof what, "form %d %dx%dx%d", form, M, N, K);
       eng_k_sgemm(ta, tb, M, N, K, a, lda, b, ldb, 0.0f, c, N);
-      double err = 0.0, big = 0.0;
       for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
-          double ref = 0.0;
+          double r = 0.0;
           for (int k = 0; k < K; k++)
-            ref += (double)(ta ? a[(size_t)k * M + i] : a[(size_t)i * K + k]) *
-                   (tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j]);
-          err = fmax(err, fabs(c[(size_t)i * N + j] - ref)), big = fmax(big, fabs(ref));
+            r += (double)(ta ? a[(size_t)k * M + i] : a[(size_t)i * K + k]) *
+                 (tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j]);
+          ref[(size_t)i * N + j] = r;
         }
-      CHECK(err <= TOL_FWD * big, "sgemm amx form %d M=%d N=%d K=%d: error %.3g of %.3g", form, M, N, K, err, big);
+      expect_close(what, c, ref, (size_t)M * N, TOL_FWD);
       memcpy(c1, c0, sizeof(float) * (size_t)M * N);
       eng_k_sgemm(ta, tb, M, N, K, a, lda, b, ldb, 1.0f, c1, N);
-      for (size_t e = 0; e < (size_t)M * N; e++) {
-        float want = c0[e] + c[e];
-        CHECK(memcmp(&c1[e], &want, sizeof want) == 0, "sgemm amx beta 1 form %d M=%d N=%d K=%d: C[%zu] = %.9g, want %.9g",
-              form, M, N, K, e, c1[e], want);
-      }
+      for (size_t e = 0; e < (size_t)M * N; e++) want[e] = c0[e] + c[e];
+      expect_same("sgemm amx beta 1 = C + the beta 0 result", c1, want, (size_t)M * N);
       int i0 = M / 3, ni = M - i0 < 17 ? M - i0 : 17, j0 = N / 5, nj = N - j0 < 45 ? N - j0 : 45;
       eng_k_sgemm(ta, tb, ni, nj, K, ta ? a + i0 : a + (size_t)i0 * K, lda, tb ? b + (size_t)j0 * K : b + j0, ldb, 0.0f,
                   part, nj);
       for (int i = 0; i < ni; i++)
-        CHECK(memcmp(part + (size_t)i * nj, c + (size_t)(i0 + i) * N + j0, sizeof(float) * (size_t)nj) == 0,
-              "sgemm amx form %d M=%d N=%d K=%d: row %d of a %dx%d block differs from the whole product", form, M, N, K,
-              i0 + i, ni, nj);
+        expect_same("sgemm amx block alone = inside the whole product", part + (size_t)i * nj,
+                    c + (size_t)(i0 + i) * N + j0, (size_t)nj);
     }
-    free(a), free(b), free(c0), free(c), free(c1), free(part);
+    free(a), free(b), free(c0), free(c), free(c1), free(want), free(part), free(ref);
   }
   eng_k_sgemm_amx_set(amx);
 }

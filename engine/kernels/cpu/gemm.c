@@ -48,10 +48,7 @@ static void small_block(int ta, int tb, int M, int N, int K, const float *A, int
     for (int i0 = 0; i0 < M; i0 += RB) {
       int ni = M - i0 < RB ? M - i0 : RB;
       eng_k_tile_block(ct, JB, A + (size_t)i0 * ars, ars, aks, bp, JB, ni, K, 0);
-      for (int q = 0; q < ni; q++) {
-        float *c = C + (size_t)(i0 + q) * ldc + j0;
-        for (int j = 0; j < nj; j++) c[j] = add ? c[j] + ct[q * JB + j] : ct[q * JB + j];
-      }
+      eng_k_gemm_block_put(C + (size_t)i0 * ldc + j0, (size_t)ldc, ct, JB, ni, nj, add);
     }
   }
 }
@@ -70,18 +67,12 @@ static void small_block(int ta, int tb, int M, int N, int K, const float *A, int
 enum { PACKED_MIN_M = 512 };
 
 // The packed panels of a k block must stay in L2 while every row block
-// passes them: at most 3/4 of it (the 2 MiB of these machines; 1 MiB where
-// the size is unknown). Wider products (the demo model's 2048-wide gate|up
-// against 384 k: 3 MiB of panels) ran 12% slower in a step than OpenBLAS.
-static size_t panels_budget(void) {
-  static size_t budget; // written with the same value by any thread
-  size_t b = __atomic_load_n(&budget, __ATOMIC_RELAXED);
-  if (!b) {
-    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    b = (l2 > 0 ? (size_t)l2 : (size_t)1 << 20) / 4 * 3;
-    __atomic_store_n(&budget, b, __ATOMIC_RELAXED);
-  }
-  return b;
+// passes them (eng_k_gemm_l2_budget). Wider products (the demo model's
+// 2048-wide gate|up against 384 k: 3 MiB of panels) ran 12% slower in a step
+// than OpenBLAS.
+size_t eng_k_gemm_l2_budget(void) {
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE); // glibc reads it once, at start-up
+  return (l2 > 0 ? (size_t)l2 : (size_t)1 << 20) / 4 * 3;
 }
 
 static void rows_pack(float *ap, const float *A, int lda, int kb, int nq) {
@@ -186,7 +177,7 @@ void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int l
     for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, sizeof(float) * (size_t)N);
   const int kb0 = K < ENG_K_GEMM_KB ? K : ENG_K_GEMM_KB;
   int packed = !ta && M >= PACKED_MIN_M && (double)M * N * kb0 > SMALL_MACS &&
-               sizeof(float) * (size_t)kb0 * (size_t)N <= panels_budget();
+               sizeof(float) * (size_t)kb0 * (size_t)N <= eng_k_gemm_l2_budget();
   float *bp = NULL;
   if (packed) {
     const int np = (N + ENG_K_TILE_JB - 1) / ENG_K_TILE_JB;

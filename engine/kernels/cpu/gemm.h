@@ -21,6 +21,8 @@
 #ifndef ENG_KERNELS_CPU_GEMM_H
 #define ENG_KERNELS_CPU_GEMM_H
 
+#include <stddef.h>
+
 #include "kernels/kernels.h" // eng_k_rows_fn
 
 #define ENG_K_GEMM_KB 384
@@ -38,6 +40,24 @@ void eng_k_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, c
 // bits on every route and thread count).
 void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                       float beta, float *C, int ldc, eng_k_rows_fn then, void *ctx);
+
+// C rows 0..ni, columns 0..nj = (add = 0) or += (add = 1) a block computed
+// apart, rows lds floats apart: how both routes' block products reach C.
+static inline void eng_k_gemm_block_put(float *C, size_t ldc, const float *src, size_t lds, int ni, int nj, int add) {
+  for (int i = 0; i < ni; i++) {
+    float *c = C + (size_t)i * ldc;
+    const float *s = src + (size_t)i * lds;
+    if (add)
+      for (int j = 0; j < nj; j++) c[j] += s[j];
+    else
+      for (int j = 0; j < nj; j++) c[j] = s[j];
+  }
+}
+
+// Bytes of packed panels that may stay in L2 while the other operand's
+// blocks pass over them, on either route: 3/4 of it (the 2 MiB of these
+// machines; 1 MiB where the size is unknown).
+size_t eng_k_gemm_l2_budget(void);
 
 // Whether products take the AMX route: where eng_k_amx_usable(), unless the
 // environment says TRAIND_CPU_GEMM=fp32 when the first product runs.

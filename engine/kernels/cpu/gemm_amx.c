@@ -1,5 +1,7 @@
 #include "kernels/cpu/gemm_amx.h"
 
+#include "kernels/cpu/gemm.h" // eng_k_gemm_l2_budget, eng_k_gemm_block_put
+
 #include <immintrin.h>
 #include <omp.h>
 #include <stdalign.h>
@@ -228,17 +230,6 @@ static void block_product(float *acc, size_t ld, int resume, const uint16_t *a, 
   _tile_stored(3, acc3, stride);
 }
 
-static void block_store(float *C, size_t ldc, const float *acc, int ni, int nj, int add) {
-  for (int i = 0; i < ni; i++) {
-    float *c = C + (size_t)i * ldc;
-    const float *s = acc + i * BLK;
-    if (add)
-      for (int j = 0; j < nj; j++) c[j] += s[j];
-    else
-      memcpy(c, s, sizeof(float) * (size_t)nj);
-  }
-}
-
 static void tiles_config(void) {
   tilecfg cfg;
   memset(&cfg, 0, sizeof cfg);
@@ -252,13 +243,6 @@ static void tiles_config(void) {
 // k, whose packed row block would stay in L1, ran 8% slower on the 5M bench
 // model's shapes, and one pass for all k 15% slower (its K of 2048).
 enum { PASS_KB = 16 };
-
-// Bytes of packed panels that stay in L2 while the other operand's blocks
-// pass over them (3/4 of it: the 2 MiB of these machines).
-static size_t l2_budget(void) {
-  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  return (l2 > 0 ? (size_t)l2 : (size_t)1 << 20) / 4 * 3;
-}
 
 int eng_k_amx_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, int add,
                     float *C, int ldc, eng_k_rows_fn then, void *ctx) {
@@ -275,10 +259,11 @@ int eng_k_amx_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda
   // B is the whole one (so rows finish together, for then) unless its pass
   // does not fit in L2 and A's does: the head's logits, 4096 or more wide.
   const size_t pass_blk = (size_t)PASS_KB * KBLK, pass_bytes = sizeof(uint16_t) * pass_blk;
-  const int rows_outer = pass_bytes / BLK * (size_t)N <= l2_budget() || pass_bytes / BLK * (size_t)M > l2_budget();
+  const size_t l2 = eng_k_gemm_l2_budget();
+  const int rows_outer = pass_bytes / BLK * (size_t)N <= l2 || pass_bytes / BLK * (size_t)M > l2;
   const operand *whole = rows_outer ? &b : &a, *part = rows_outer ? &a : &b;
   const int nwhole = rows_outer ? ncb : nrb, npart = rows_outer ? nrb : ncb;
-  const int group = l2_budget() / pass_bytes > 1 ? (int)(l2_budget() / pass_bytes) : 1;
+  const int group = l2 / pass_bytes > 1 ? (int)(l2 / pass_bytes) : 1;
   const int grouped = nwhole > group;
   // Below 16M multiply-adds a second thread gains nothing (256 × 352 × 128:
   // 324 GFLOP/s on one, 340 on two), and its barriers cost a time slice
@@ -326,7 +311,7 @@ int eng_k_amx_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda
                                      : local;
             block_product(acc, direct ? (size_t)ldc : BLK, pass > 0, rows_outer ? mine : wk, rows_outer ? wk : mine,
                           nk);
-            if (last && !direct) block_store(C + (size_t)i0 * ldc + j0, (size_t)ldc, acc, ni, nj, add);
+            if (last && !direct) eng_k_gemm_block_put(C + (size_t)i0 * ldc + j0, (size_t)ldc, acc, BLK, ni, nj, add);
           }
           if (last && g1 == nwhole && then && rows_outer) then(ctx, q * BLK, q * BLK + BLK < M ? q * BLK + BLK : M);
         }
