@@ -73,7 +73,7 @@ void api_node(srv_call *c, ProtobufCMessage *req) {
   node.data_roots = d->cfg.roots;
 
   T(Device) devs[1 + MAX_GPUS], *ptrs[1 + MAX_GPUS];
-  char gpu_names[MAX_GPUS][160], gpu_ids[MAX_GPUS][16], note[600];
+  char gpu_names[MAX_GPUS][160], gpu_ids[MAX_GPUS][16], note[600], cpu_desc[160];
   int64_t gpu_mem[MAX_GPUS] = {0};
   eng_err ge = {0};
   int nc = eng_gpu_count(&ge);
@@ -84,7 +84,11 @@ void api_node(srv_call *c, ProtobufCMessage *req) {
   traind__v1__device__init(&devs[0]);
   devs[0].name = "cpu";
   devs[0].usable = 1;
-  devs[0].description = "the cpu backend (host arena, worker threads)";
+  const char *route = "?", *core = "";
+  eng_cpu_gemm_route(&route, &core, &ge); // checked when the daemon started
+  snprintf(cpu_desc, sizeof cpu_desc, "the cpu backend (host arena, worker threads); products on the %s route%s%s",
+           route, *core ? ", OpenBLAS core " : "", core);
+  devs[0].description = cpu_desc;
   devs[0].running_job = running ? (char *)running : "";
   devs[0].memory_bytes = d->cfg.cpu_memory_bytes;
   for (int i = 0; i < ng; i++) {

@@ -332,6 +332,15 @@ int main(int argc, char **argv) {
     return 0;
   }
   log_level_set(d->cfg.log_level);
+  // The cpu products' route, once for the process: a TRAIND_CPU_GEMM that
+  // names a route this cpu lacks refuses the start, not every job later.
+  const char *route, *core;
+  eng_err ge = {0};
+  if (eng_cpu_gemm_route(&route, &core, &ge)) {
+    fprintf(stderr, "traind: %s\n", ge.msg);
+    return 1;
+  }
+  log_info("cpu products on the %s route%s%s", route, *core ? ", OpenBLAS core " : "", core);
   signal(SIGPIPE, SIG_IGN);
   d->loop = uv_default_loop();
   d->started_ms = now_ms();

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "data/data.h"
 #include "exec/exec.h"
+#include "kernels/cpu/gemm.h"
 #include "model/hf_io.h"
 #include "model/model.h"
 #include "optim/adamw.h"
@@ -150,9 +151,19 @@ static int spec_dev_open(const eng_spec *s, eng_dev **dev, eng_err *e) {
   return rc;
 }
 
+int eng_cpu_gemm_route(const char **name, const char **blas_core, eng_err *e) {
+  char msg[256];
+  int r = eng_k_gemm_route_init(msg, sizeof msg);
+  if (r < 0) return eng_err_set(e, ENG_EINVAL, "%s", msg);
+  if (name) *name = eng_k_gemm_route_name(r);
+  if (blas_core) *blas_core = r == ENG_K_GEMM_BLAS ? eng_k_blas_core() : "";
+  return 0;
+}
+
 int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   eng_config cfg;
-  int rc = spec_validate(spec, e);
+  int rc = eng_cpu_gemm_route(NULL, NULL, e);
+  if (!rc) rc = spec_validate(spec, e);
   if (!rc) rc = spec_config(spec, &cfg, e);
   if (rc) return rc;
 

@@ -139,6 +139,15 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e);
 // Writes the model as a Hugging Face directory (fp32, or bf16 when bf16 != 0).
 int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e);
 
+// ---- the cpu's matrix products ------------------------------------------------
+// The route of the cpu backend's products (kernels/cpu/gemm.h): "amx",
+// "avx512", "avx2" or "blas", chosen once per process from the cpu's features
+// (CPUID), or forced by the environment's TRAIND_CPU_GEMM. Fails with
+// ENG_EINVAL when TRAIND_CPU_GEMM names no route or one this cpu cannot run
+// (eng_open fails the same way). *name is static; *blas_core (may be NULL)
+// gets OpenBLAS's core type on the blas route, "" on the others.
+int eng_cpu_gemm_route(const char **name, const char **blas_core, eng_err *e);
+
 // ---- GPUs -------------------------------------------------------------------
 // The CUDA devices spec.device_gpu may name: their count, or a negative
 // ENG_EDEVICE with the reason (this build has no CUDA backend, no driver, no

@@ -50,9 +50,12 @@ static void usage(FILE *f) {
           "\n"
           "environment:\n"
           "  OMP_NUM_THREADS     threads of the cpu kernels (default: every core)\n"
-          "  TRAIND_CPU_GEMM     fp32: the cpu products as fp32 chains even where the cpu\n"
-          "                      has AMX (default: on AMX, split-bf16 with fp32 accuracy;\n"
-          "                      the two differ in the last bits)\n"
+          "  TRAIND_CPU_GEMM     the route of the cpu products: amx (split-bf16 on the tile\n"
+          "                      unit, fp32 accuracy), avx512 or avx2 (the engine's fp32\n"
+          "                      kernels), blas (OpenBLAS); default: the first of these the\n"
+          "                      cpu runs. avx512, avx2 and blas give the same bits, amx\n"
+          "                      differs from them in the last bits; a route the cpu lacks\n"
+          "                      is refused\n"
           "\n"
           "Output: 'step N loss X lr X tok/s X' per step, then a summary line.\n"
           "Exit codes: 0 success, 1 training or I/O error, 2 bad usage.\n");
@@ -214,10 +217,13 @@ int main(int argc, char **argv) {
   }
   if (!rc && !o.quiet) {
     const eng_config *cfg = eng_run_config(r);
+    const char *route = "", *core = "";
+    eng_cpu_gemm_route(&route, &core, &e); // eng_open has checked it
     printf("model %s: %zu parameters, %d layers, d %d, vocab %d; batch %d x %d tokens; "
            "optimizer state %.3f bytes/parameter\n",
            eng_arch_name(cfg->arch), eng_param_count(r), cfg->n_layers, cfg->d_model, cfg->vocab,
            s.batch, s.seq_len, (double)eng_opt_state_bytes(r) / (double)eng_param_count(r));
+    printf("cpu products: the %s route%s%s\n", route, *core ? ", OpenBLAS core " : "", core);
   }
   double first = NAN, last = NAN, tps_sum = 0;
   int measured = 0;

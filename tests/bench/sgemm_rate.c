@@ -1,12 +1,14 @@
 // The machine's sgemm rate with the threads OpenMP is given: the ceiling the
 // engine's achieved GFLOP/s is compared against in tests/bench/engine.sh.
-// Times OpenBLAS's cblas_sgemm and the engine's eng_k_sgemm (its AMX route
-// where the cpu has one, kernels/cpu/gemm_amx.h) on the same n×n×n product.
-// Prints "sgemm_gflops <median of 5 one-second runs>" (OpenBLAS) and
-// "engine_sgemm_gflops <median> <route>".
+// Times OpenBLAS's cblas_sgemm and the engine's eng_k_sgemm on the route it
+// would take (kernels/cpu/gemm.h: TRAIND_CPU_GEMM, else the cpu's best), and
+// with "all" every route this cpu runs, on the same n×n×n product.
+// Prints "sgemm_gflops <median of 5 one-second runs> <OpenBLAS core>" and
+// "engine_sgemm_gflops <median> <route>" (a line per route with "all").
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench.h"
 #include "kernels/cpu/gemm.h"
@@ -37,11 +39,21 @@ static double rate(product_fn f, int n, const float *a, const float *b, float *c
 }
 
 int main(int argc, char **argv) {
-  int n = argc > 1 ? atoi(argv[1]) : 2048;
+  int n = argc > 1 ? atoi(argv[1]) : 2048; // [n [all]]
   float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
   for (long i = 0; i < (long)n * n; i++) a[i] = (float)(i % 17) * 1e-3f, b[i] = (float)(i % 13) * 1e-3f;
-  printf("sgemm_gflops %.1f\n", rate(openblas, n, a, b, c));
-  printf("engine_sgemm_gflops %.1f %s\n", rate(engine, n, a, b, c), eng_k_sgemm_amx() ? "amx" : "fp32");
+  int all = argc > 2 && strcmp(argv[2], "all") == 0;
+  char msg[256];
+  int route = eng_k_gemm_route_init(msg, sizeof msg);
+  if (route < 0) {
+    fprintf(stderr, "sgemm_rate: %s\n", msg);
+    return 2;
+  }
+  printf("sgemm_gflops %.1f %s\n", rate(openblas, n, a, b, c), eng_k_blas_core());
+  for (int r = 0; r < ENG_K_GEMM_NROUTES; r++) {
+    if (all ? eng_k_gemm_route_set(r) != 0 : r != route) continue;
+    printf("engine_sgemm_gflops %.1f %s\n", rate(engine, n, a, b, c), eng_k_gemm_route_name(r));
+  }
   free(a);
   free(b);
   free(c);

@@ -6,6 +6,7 @@
 
 #include "engine.h"
 #include "fixture.h"
+#include "route.h"
 
 static const double TOL = 1e-4;
 
@@ -136,6 +137,7 @@ static void check_bf16(void) {
 }
 
 int main(void) {
+  test_route_announce();
   const char *names[] = {"llama_tied", "qwen2", "qwen3"};
   for (int i = 0; i < 3; i++) check_grads(names[i]);
   for (int i = 0; i < 3; i++) check_adamw(names[i]);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "route.h"
 #include "tiny.h"
 
 // The default optimizer gets the full check; the other modes a shorter one
@@ -104,6 +105,7 @@ static void check_v2(const eng_spec *s, eng_arch arch, int loads) {
 }
 
 int main(void) {
+  test_route_announce();
   eng_spec s;
   tiny_spec(&s, 2);
   s.total_steps = STEPS;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "route.h"
 #include "model/layout.h"
 #include "tiny.h"
 
@@ -80,6 +81,7 @@ static double rel_norm(const float *a, const float *b, size_t n) {
 }
 
 int main(void) {
+  test_route_announce();
   eng_spec base;
   tiny_spec(&base, LAYERS);
   base.config.d_ff = 512;

@@ -15,7 +15,7 @@
 
 #include "check.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/gemm_amx.h"
+#include "route.h"
 #include "kernels/cpu/kmath.h"
 
 // Tolerances, as max|got − ref| / max|ref| over a tensor. fp32 kernels against
@@ -510,44 +510,51 @@ static void test_sumsq(void) {
 // ---- sgemm -----------------------------------------------------------------
 
 // eng_k_sgemm's definition, bit for bit: per block of ENG_K_GEMM_KB k, one
-// fmaf chain from 0, blocks added into C in order. Shapes take all three
-// routes: OpenBLAS (which must compute exactly these chains), the small-block
-// code and the packed route (M >= 512, not transposed A, panels that fit in
-// L2; with a partial last panel and row block), including M = 1 and k that
-// OpenBLAS would split.
+// fmaf chain from 0, blocks added into C in order, on every route of this
+// cpu but amx. Shapes take every path: on avx512 and avx2 partial row
+// blocks and panels, a few rows (threads split the panels), column chunks
+// (8192 wide), several k blocks, row-major rows packed (K = 1024); on blas
+// OpenBLAS (which must compute exactly these chains where the route lets it)
+// and the own chains, including M = 1 and k that OpenBLAS would split.
 static void test_sgemm(void) {
-  printf("sgemm chains\n");
-  int amx = eng_k_sgemm_amx();
-  eng_k_sgemm_amx_set(0);
+  eng_k_gemm_route route = eng_k_gemm_route_get();
   int shapes[][3] = {{40, 300, 800}, {1, 8192, 300}, {700, 64, 64}, {18, 64, 64}, {16, 1000, 48}, {37, 33, 500},
-                     {600, 100, 400}, {523, 1000, 384}};
-  for (int s = 0; s < 8; s++) {
-    int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-    float *a = frandn((size_t)M * K, 1.0f), *b = frandn((size_t)N * K, 1.0f), *c0 = frandn((size_t)M * N, 4.0f);
-    float *c = falloc((size_t)M * N);
-    for (int form = 0; form < 3; form++) // NT, NN, TN
-      for (int beta = 0; beta < 2; beta++) {
-        int ta = form == 2, tb = form == 0;
-        memcpy(c, c0, sizeof(float) * (size_t)M * N);
-        eng_k_sgemm(ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, (float)beta, c, N);
-        for (int i = 0; i < M; i++)
-          for (int j = 0; j < N; j++) {
-            float want = beta ? c0[(size_t)i * N + j] : 0.0f;
-            for (int k0 = 0; k0 < K; k0 += ENG_K_GEMM_KB) {
-              float chain = 0.0f;
-              for (int k = k0; k < K && k < k0 + ENG_K_GEMM_KB; k++)
-                chain = fmaf(ta ? a[(size_t)k * M + i] : a[(size_t)i * K + k],
-                             tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j], chain);
-              want = k0 == 0 && !beta ? chain : want + chain;
+                     {600, 100, 400}, {523, 1000, 384}, {5, 3000, 70}, {30, 70, 1024}};
+  for (eng_k_gemm_route r = ENG_K_GEMM_AVX512; r < ENG_K_GEMM_NROUTES; r++) {
+    if (eng_k_gemm_route_set(r) != 0) {
+      printf("sgemm chains on %s: this cpu cannot run it\n", eng_k_gemm_route_name(r));
+      continue;
+    }
+    printf("sgemm chains on %s\n", eng_k_gemm_route_name(r));
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+      int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+      float *a = frandn((size_t)M * K, 1.0f), *b = frandn((size_t)N * K, 1.0f), *c0 = frandn((size_t)M * N, 4.0f);
+      float *c = falloc((size_t)M * N);
+      for (int form = 0; form < 4; form++) // NT, NN, TN, TT
+        for (int beta = 0; beta < 2; beta++) {
+          int ta = form >= 2, tb = form == 0 || form == 3;
+          memcpy(c, c0, sizeof(float) * (size_t)M * N);
+          eng_k_sgemm(ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, (float)beta, c, N);
+          for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+              float want = beta ? c0[(size_t)i * N + j] : 0.0f;
+              for (int k0 = 0; k0 < K; k0 += ENG_K_GEMM_KB) {
+                float chain = 0.0f;
+                for (int k = k0; k < K && k < k0 + ENG_K_GEMM_KB; k++)
+                  chain = fmaf(ta ? a[(size_t)k * M + i] : a[(size_t)i * K + k],
+                               tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j], chain);
+                want = k0 == 0 && !beta ? chain : want + chain;
+              }
+              float got = c[(size_t)i * N + j];
+              CHECK(memcmp(&got, &want, sizeof got) == 0,
+                    "sgemm %s form %d beta %d M=%d N=%d K=%d: C[%d][%d] = %.9g, want %.9g", eng_k_gemm_route_name(r),
+                    form, beta, M, N, K, i, j, got, want);
             }
-            float got = c[(size_t)i * N + j];
-            CHECK(memcmp(&got, &want, sizeof got) == 0, "sgemm form %d beta %d M=%d N=%d K=%d: C[%d][%d] = %.9g, want %.9g",
-                  form, beta, M, N, K, i, j, got, want);
-          }
-      }
-    free(a), free(b), free(c0), free(c);
+        }
+      free(a), free(b), free(c0), free(c);
+    }
   }
-  eng_k_sgemm_amx_set(amx);
+  CHECK(eng_k_gemm_route_set(route) == 0, "back to the %s route", eng_k_gemm_route_name(route));
 }
 
 // The AMX route, where this cpu has one: against double, the error of fp32
@@ -558,13 +565,12 @@ static void test_sgemm(void) {
 // of L2, 1 × 8192 packs A as the whole operand, 523 × 1000 meets B's blocks
 // in groups, and 600³ does both groups and passes.
 static void test_sgemm_amx(void) {
-  if (!eng_k_amx_usable()) {
-    printf("sgemm amx: this cpu has no AMX, skipped\n");
+  eng_k_gemm_route route = eng_k_gemm_route_get();
+  if (eng_k_gemm_route_set(ENG_K_GEMM_AMX) != 0) {
+    printf("sgemm amx: this cpu cannot run it\n");
     return;
   }
   printf("sgemm amx\n");
-  int amx = eng_k_sgemm_amx();
-  eng_k_sgemm_amx_set(1);
   int shapes[][3] = {{40, 300, 800}, {1, 8192, 300}, {700, 64, 64},     {37, 33, 500},
                      {64, 64, 1100}, {523, 1000, 384}, {600, 600, 600}};
   for (int s = 0; s < 7; s++) {
@@ -600,7 +606,7 @@ static void test_sgemm_amx(void) {
     }
     free(a), free(b), free(c0), free(c), free(c1), free(want), free(part), free(ref);
   }
-  eng_k_sgemm_amx_set(amx);
+  CHECK(eng_k_gemm_route_set(route) == 0, "back to the %s route", eng_k_gemm_route_name(route));
 }
 
 // A row's y and dx are the same bits whether the rows come in one call or
@@ -765,6 +771,7 @@ static void test_thread_invariance(void) {
 }
 
 int main(void) {
+  test_route_announce();
   test_expf();
   test_swiglu();
   test_linear(37, 29, 23, 1);
@@ -785,14 +792,12 @@ int main(void) {
   test_sumsq();
   test_sgemm();
   test_sgemm_amx();
-  // The products' route changes bits, so the invariances hold on each.
-  for (int fp32 = 0; fp32 < 1 + eng_k_sgemm_amx(); fp32++) {
-    if (fp32) printf("again on the fp32 route\n"), eng_k_sgemm_amx_set(0);
-    test_linear_split();
-    test_linear_then(600);
-    test_linear_then(100);
-    test_thread_invariance();
-  }
+  // The invariances on this process's route; ctest runs this test once
+  // per route (tests/route.h).
+  test_linear_split();
+  test_linear_then(600);
+  test_linear_then(100);
+  test_thread_invariance();
   printf("ok\n");
   return 0;
 }

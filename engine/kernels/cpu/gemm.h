@@ -1,23 +1,18 @@
 // sgemm for the cpu kernels, with results defined to the bit.
 //
-// Two routes, one per process (eng_k_sgemm_amx says which):
-// - On a cpu with AMX (kernels/cpu/gemm_amx.h), the product of three-way
-//   bf16 splits on the tile unit: fp32's accuracy, its bits defined per
-//   element there, about 1.5x OpenBLAS's speed on a training step's shapes.
-// - Otherwise fp32 fmaf chains: for each block of ENG_K_GEMM_KB consecutive
-//   k, each element's dot product as one fmaf chain in increasing k from 0,
-//   the blocks added into C in k order (C = block 1 when beta is 0).
-// On either route a row's result depends on nothing but its own inputs: not
-// on how many rows the call has, where the row sits, or the thread count.
-//
-// The chains are what OpenBLAS's regular sgemm kernels compute for k <= GEMM_Q
-// (448 for the SkylakeX ones; tests/unit/test_kernels.c checks it), so
-// large blocks go to OpenBLAS, or to gemm.c's packed route, which computes
-// the same chains with its own panels. Two of OpenBLAS's behaviours fall outside it: its
-// small-matrix kernels (taken when M·N·k <= 1e6) sum in another order, and
-// a k between Q and 2Q is split in halves that its single- and multi-threaded
-// drivers round differently. Hence the k blocks, and small blocks computed
-// here with the same chains.
+// Four routes; a process runs one (eng_k_gemm_route), chosen from the cpu's
+// features (CPUID) or forced by TRAIND_CPU_GEMM=amx|avx512|avx2|blas:
+// - amx (kernels/cpu/gemm_amx.h): the product of three-way bf16 splits on
+//   the tile unit: fp32's accuracy, its bits defined per element there.
+// - avx512, avx2 (kernels/cpu/gemm_fma.h): the engine's own kernels on the
+//   vector units, computing the fp32 chains below; the two give the same bits.
+// - blas: the same chains, large blocks from OpenBLAS where its kernels
+//   compute them (kernels/cpu/gemm_blas.c), for cpus without AVX2 and FMA.
+// The chains: for each block of ENG_K_GEMM_KB consecutive k, each element's
+// dot product as one fmaf chain in increasing k from 0, the blocks added into
+// C in k order (C = block 1 when beta is 0). On every route a row's result
+// depends on nothing but its own inputs: not on how many rows the call has,
+// where the row sits, or the thread count.
 #ifndef ENG_KERNELS_CPU_GEMM_H
 #define ENG_KERNELS_CPU_GEMM_H
 
@@ -59,11 +54,44 @@ static inline void eng_k_gemm_block_put(float *C, size_t ldc, const float *src, 
 // machines; 1 MiB where the size is unknown).
 size_t eng_k_gemm_l2_budget(void);
 
-// Whether products take the AMX route: where eng_k_amx_usable(), unless the
-// environment says TRAIND_CPU_GEMM=fp32 when the first product runs.
-int eng_k_sgemm_amx(void);
-// Tests: the route from now on (AMX only where usable). A run must not
-// change it between steps: the two routes differ in the last bits.
-void eng_k_sgemm_amx_set(int on);
+typedef enum eng_k_gemm_route {
+  ENG_K_GEMM_AMX,
+  ENG_K_GEMM_AVX512,
+  ENG_K_GEMM_AVX2,
+  ENG_K_GEMM_BLAS,
+  ENG_K_GEMM_NROUTES,
+} eng_k_gemm_route;
+
+// "amx", "avx512", "avx2", "blas".
+const char *eng_k_gemm_route_name(eng_k_gemm_route r);
+// Whether this cpu and this build can run route r.
+int eng_k_gemm_route_usable(eng_k_gemm_route r);
+// The process's route, chosen on the first call (thread-safe): the one
+// TRAIND_CPU_GEMM names, else the first usable of amx, avx512, avx2, blas.
+// Returns -1 with a sentence in msg when TRAIND_CPU_GEMM names no route or
+// one this cpu cannot run; later calls give the same answer.
+int eng_k_gemm_route_init(char *msg, size_t msglen);
+// The route products take (eng_k_gemm_route_init's; a program that skipped
+// it and set a bad TRAIND_CPU_GEMM stops here with the sentence on stderr).
+eng_k_gemm_route eng_k_gemm_route_get(void);
+// Tests: the route from now on, 0; -1 when it is not usable. A run must not
+// change it between steps: amx differs from the others in the last bits.
+int eng_k_gemm_route_set(eng_k_gemm_route r);
+
+// The blas route's large blocks (kernels/cpu/gemm_blas.c).
+void eng_k_blas_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc, eng_k_rows_fn then, void *ctx);
+// The OpenBLAS core type in use ("SkylakeX", ...). When the blas route is
+// chosen and OpenBLAS has taken a generic core for an AVX2 or AVX-512 cpu it
+// does not know (and OPENBLAS_CORETYPE is not set), the route moves it to
+// Haswell's or SkylakeX's kernels first.
+// Then (once per process) checks whether its kernels compute the chains:
+// eng_k_blas_chains says (1 yes; 0 no, and the route runs own code only).
+const char *eng_k_blas_core(void);
+void eng_k_blas_core_fit(void);
+int eng_k_blas_chains(void);
+
+// After a product, then(ctx, r0, r1) on row ranges spread over the threads.
+void eng_k_gemm_then_after(int M, int N, eng_k_rows_fn then, void *ctx);
 
 #endif

@@ -1,0 +1,149 @@
+// The avx512 and avx2 routes' driver (kernels/cpu/gemm_fma.h): packing of
+// op(B), the loops over k blocks, column chunks and row blocks, the threads,
+// and the blocks at the edges. The register blocks are in gemm_fma_avx*.c.
+#include "kernels/cpu/gemm_fma.h"
+
+#include <omp.h>
+#include <stdalign.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/gemm.h" // ENG_K_GEMM_KB, eng_k_gemm_l2_budget, eng_k_gemm_block_put
+
+// The largest register block of any instruction set here.
+enum { MR_MAX = 16, NR_MAX = 32 };
+
+// Below this many multiply-adds in a chunk the product runs on one thread:
+// a fork and a barrier cost more than the second core gives (measured on
+// shared cores, where each barrier may wait a time slice).
+#define TEAM_MACS (4.0 * 1024.0 * 1024.0)
+
+// Panel of op(B)'s columns j0..j0+nr of a k block: bp[k][j] = op(B)(k, j0 + j),
+// zero past N.
+static void panel_pack(float *bp, int nr, int tb, const float *B, int ldb, int kb, int N, int j0) {
+  int nj = N - j0 < nr ? N - j0 : nr;
+  if (tb) {
+    for (int j = 0; j < nj; j++) { // read op(B)'s columns, B's rows, in order
+      const float *src = B + (size_t)(j0 + j) * ldb;
+      for (int k = 0; k < kb; k++) bp[(size_t)k * nr + j] = src[k];
+    }
+    for (int k = 0; k < kb; k++)
+      for (int j = nj; j < nr; j++) bp[(size_t)k * nr + j] = 0.0f;
+    return;
+  }
+  for (int k = 0; k < kb; k++) {
+    float *d = bp + (size_t)k * nr;
+    memcpy(d, B + (size_t)k * ldb + j0, sizeof(float) * (size_t)nj);
+    for (int j = nj; j < nr; j++) d[j] = 0.0f;
+  }
+}
+
+// What the threads share for one chunk.
+typedef struct chunk {
+  const eng_k_fma_isa *isa;
+  int ta, M, kb, np, ncols, add;
+  const float *A, *bp; // A at the chunk's first k; bp: np panels of kb × nr
+  int lda, ldc;
+  float *C; // at the chunk's first column
+} chunk;
+
+// Whether mr rows of a row-major A, lda floats apart, fall into fewer than 4
+// of the 64 sets of a 48 KiB L1 (lda a multiple of 512 floats): read in
+// place, each step of k would evict the lines the next steps need.
+static int rows_collide(int lda) { return lda % 512 == 0; }
+
+// Rows r0.. of C against panels jp0..jp1. A transposed op(A) (a run of mr
+// floats per k) is packed into ap (MR_MAX × kb floats) as [k][mr], zero past
+// M, and so are row-major rows that would collide in L1; other row-major
+// rows are read in place (packing them is a transpose, about a tenth of a
+// narrow product's time), those of a block at the bottom edge from ap as
+// [q][kb]. ct holds a block at an edge before it reaches C.
+static void row_block(const chunk *c, int r0, int jp0, int jp1, float *ap, float *ct) {
+  const int mr = c->isa->mr, nr = c->isa->nr, kb = c->kb;
+  const int nq = c->M - r0 < mr ? c->M - r0 : mr;
+  void (*blk)(int, const float *, size_t, const float *, float *, size_t, int) = c->isa->cols;
+  const float *a = ap;
+  size_t as = (size_t)mr;
+  if (c->ta) {
+    const float *src = c->A + r0;
+    for (int k = 0; k < kb; k++) {
+      memcpy(ap + (size_t)k * mr, src + (size_t)k * c->lda, sizeof(float) * (size_t)nq);
+      for (int q = nq; q < mr; q++) ap[(size_t)k * mr + q] = 0.0f;
+    }
+  } else if (rows_collide(c->lda)) {
+    const float *src = c->A + (size_t)r0 * c->lda;
+    for (int q = 0; q < nq; q++)
+      for (int k = 0; k < kb; k++) ap[(size_t)k * mr + q] = src[(size_t)q * c->lda + k];
+    for (int k = 0; k < kb; k++)
+      for (int q = nq; q < mr; q++) ap[(size_t)k * mr + q] = 0.0f;
+  } else {
+    blk = c->isa->rows;
+    a = c->A + (size_t)r0 * c->lda;
+    as = (size_t)c->lda;
+    if (nq < mr) {
+      for (int q = 0; q < mr; q++)
+        if (q < nq)
+          memcpy(ap + (size_t)q * kb, a + (size_t)q * as, sizeof(float) * (size_t)kb);
+        else
+          memset(ap + (size_t)q * kb, 0, sizeof(float) * (size_t)kb);
+      a = ap;
+      as = (size_t)kb;
+    }
+  }
+  for (int jp = jp0; jp < jp1; jp++) {
+    int j0 = jp * nr, nj = c->ncols - j0 < nr ? c->ncols - j0 : nr;
+    const float *p = c->bp + (size_t)jp * kb * nr;
+    float *dst = c->C + (size_t)r0 * c->ldc + j0;
+    if (nq == mr && nj == nr) {
+      blk(kb, a, as, p, dst, (size_t)c->ldc, c->add);
+    } else {
+      blk(kb, a, as, p, ct, (size_t)nr, 0);
+      eng_k_gemm_block_put(dst, (size_t)c->ldc, ct, (size_t)nr, nq, nj, c->add);
+    }
+  }
+}
+
+int eng_k_fma_sgemm(const eng_k_fma_isa *isa, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                    const float *B, int ldb, int add, float *C, int ldc, eng_k_rows_fn then, void *ctx) {
+  const int mr = isa->mr, nr = isa->nr, nrb = (M + mr - 1) / mr;
+  const int kb0 = K < ENG_K_GEMM_KB ? K : ENG_K_GEMM_KB;
+  // Columns per chunk: as many panels as fit in the L2 budget, at least one.
+  int nc = (int)(eng_k_gemm_l2_budget() / (sizeof(float) * (size_t)kb0 * (size_t)nr)) * nr;
+  if (nc < nr) nc = nr;
+  if (nc > N) nc = N;
+  const int npmax = (nc + nr - 1) / nr;
+  float *bp = aligned_alloc(64, sizeof(float) * (size_t)kb0 * (size_t)npmax * (size_t)nr);
+  if (!bp) return -1;
+  int then_done = 0;
+  for (int k0 = 0; k0 < K; k0 += ENG_K_GEMM_KB) {
+    const int kb = K - k0 < ENG_K_GEMM_KB ? K - k0 : ENG_K_GEMM_KB, last = k0 + kb >= K;
+    const float *ak = ta ? A + (size_t)k0 * lda : A + k0;
+    for (int j0 = 0; j0 < N; j0 += nc) {
+      const int ncols = N - j0 < nc ? N - j0 : nc, np = (ncols + nr - 1) / nr;
+      const int then_here = then && last && ncols == N;
+      const float *bj = tb ? B + (size_t)j0 * ldb + k0 : B + (size_t)k0 * ldb + j0;
+      chunk c = {isa, ta, M, kb, np, ncols, k0 > 0 || add, ak, bp, lda, ldc, C + j0};
+      const int team = (double)M * ncols * kb >= TEAM_MACS && !omp_in_parallel();
+#pragma omp parallel if (team)
+      {
+        alignas(64) float abuf[MR_MAX * ENG_K_GEMM_KB], ct[MR_MAX * NR_MAX];
+#pragma omp for schedule(static)
+        for (int jp = 0; jp < np; jp++) panel_pack(bp + (size_t)jp * kb * nr, nr, tb, bj, ldb, kb, ncols, jp * nr);
+        if (nrb >= 2 * omp_get_num_threads() || then_here) {
+#pragma omp for schedule(static)
+          for (int rb = 0; rb < nrb; rb++) {
+            row_block(&c, rb * mr, 0, np, abuf, ct);
+            if (then_here) then(ctx, rb * mr, rb * mr + mr < M ? rb * mr + mr : M);
+          }
+        } else { // few rows (a dW of a narrow layer): threads split the panels too
+#pragma omp for schedule(static) collapse(2)
+          for (int rb = 0; rb < nrb; rb++)
+            for (int jp = 0; jp < np; jp++) row_block(&c, rb * mr, jp, jp + 1, abuf, ct);
+        }
+      }
+      then_done |= then_here;
+    }
+  }
+  free(bp);
+  return then && !then_done ? 1 : 0;
+}
