@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Installs every Debian package that the build, the tests and the demo need.
+# Installs every Debian package that the build, the tests and the demo need,
+# then the project's Python environment .venv/ (tests/requirements.txt) that
+# the tests run their Python on (tests/CMakeLists.txt: TRAIND_PYTHON).
 # Idempotent: packages already present are skipped, apt is only consulted when
-# something is missing. Run as root (or through sudo) on Debian 12.
+# something is missing, pip only when the venv lacks a pinned version. Run as
+# root (or through sudo) on Debian 12. Any failure fails the script: a test
+# whose tools are missing fails rather than skips, so a half set-up machine
+# must not pass for a set-up one.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 pkgs=(
-  build-essential cmake ninja-build pkg-config git python3
+  build-essential cmake ninja-build pkg-config git
   libopenblas-openmp-dev libjansson-dev
   libglpk-dev librocksdb-dev libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libsystemd-dev
   # the API: the standard health.proto, job files, the fuzz target (libFuzzer)
   grpc-proto libyaml-dev clang
-  # the interop tests: Debian's grpcio client, and what PyPI's grpclib needs
-  python3-grpcio python3-protobuf python3-h2 python3-multidict python3-pip
+  # the interpreter .venv/ is made from; Debian's needs python3-venv for that
+  python3 python3-venv
 )
 
 missing=()
@@ -28,11 +34,48 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The interop test's independent client: grpclib, a pure-Python gRPC over h2
-# (PyPI only). Its dependencies come from Debian above, so pip adds this one
-# package and nothing else. Without it the interop test reports "skipped".
-if ! python3 -c 'import grpclib' 2>/dev/null; then
-  pip_flags="--quiet --no-deps"
-  python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages && pip_flags="$pip_flags --break-system-packages"
-  $sudo python3 -m pip install $pip_flags grpclib || echo "install-deps: could not install grpclib from PyPI; the interop test will be skipped" >&2
+# The venv, as the user running this script (not through sudo), so that the
+# tests can use it. "Up to date" means every pin of tests/requirements.txt is
+# installed at that version: read from the packages' metadata, which takes
+# well under a second, where even a no-op pip run takes seconds.
+venv=.venv
+reqs=tests/requirements.txt
+venv_current() {
+  "$venv/bin/python3" - "$reqs" <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+stale = []
+for line in open(sys.argv[1]):
+    pin = line.split("#")[0].strip()
+    if not pin:
+        continue
+    name, want = pin.split("==")
+    try:
+        have = version(name)
+    except PackageNotFoundError:
+        have = None
+    if have != want:
+        stale.append(f"{name} {have or 'missing'} (pinned {want})")
+if stale:
+    print("install-deps: .venv needs: " + ", ".join(stale))
+sys.exit(1 if stale else 0)
+PY
+}
+
+if [ -x "$venv/bin/python3" ] && "$venv/bin/python3" -c '' 2>/dev/null && venv_current; then
+  exit 0
 fi
+fail() {
+  echo "install-deps: $1; the tests that need Python will fail until this succeeds" >&2
+  exit 1
+}
+# --clear: a venv whose interpreter no longer runs (its base python was
+# removed or upgraded) is rebuilt rather than patched.
+if ! "$venv/bin/python3" -c '' 2>/dev/null; then
+  python3 -m venv --clear "$venv" || fail "cannot create $venv with $(command -v python3)"
+fi
+# Mostly torch and the CUDA libraries its PyPI wheel depends on: see README.
+"$venv/bin/python3" -m pip install -r "$reqs" || fail "pip could not install $reqs into $venv"
+venv_current || fail "$venv does not hold $reqs after pip ran"
+echo "install-deps: $venv is ready ($("$venv/bin/python3" --version))"

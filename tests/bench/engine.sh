@@ -17,9 +17,11 @@ THREADS=${THREADS:-$(nproc)}
 STEPS=${STEPS:-12}
 WARMUP=3
 export OMP_NUM_THREADS=$THREADS
-PY=${PYTHON:-python3}
+# The project's venv (deploy/install-deps.sh): the torch and transformers the
+# tests pin; PYTHON picks another interpreter.
+PY=${PYTHON:-.venv/bin/python3}
 if ! $PY -c 'import torch, transformers' 2>/dev/null; then
-  echo "engine.sh: the peer needs torch and transformers on $PY (pip install torch transformers)" >&2
+  echo "engine.sh: the peer needs torch and transformers on $PY (run deploy/install-deps.sh)" >&2
   exit 1
 fi
 

@@ -22,14 +22,16 @@ PARAMS=${PARAMS:-134217728}
 TENSORS=${TENSORS:-8}
 REPS=${REPS:-7}
 export OMP_NUM_THREADS=$THREADS
-PY=${PYTHON:-python3}
+# The project's venv (deploy/install-deps.sh): the torch the tests pin;
+# PYTHON picks another interpreter.
+PY=${PYTHON:-.venv/bin/python3}
 RATE="$BUILD_DIR/tests/bench_optim_rate"
 if [ ! -x "$RATE" ]; then
   echo "optim.sh: $RATE is missing: build first (cmake --build $BUILD_DIR)" >&2
   exit 1
 fi
 if ! $PY -c 'import torch' >/dev/null 2>&1; then
-  echo "optim.sh: the peer needs torch on $PY (pip install torch)" >&2
+  echo "optim.sh: the peer needs torch on $PY (run deploy/install-deps.sh)" >&2
   exit 1
 fi
 field() { awk -v k="$1" '$1 == k {print $2}'; }
@@ -65,12 +67,16 @@ echo "torch $($PY -c 'import torch; print(torch.__version__)') AdamW: single-ten
   'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "n/a"}') of fused)"
 
 # DeepSpeed: importable already, or installed into a venv that sees this torch.
+# A venv made from a venv (the default $PY) would see only the base
+# interpreter's packages, so a .pth file adds $PY's own to it instead.
 DSPY=$PY
 if ! $PY -c 'import deepspeed' >/dev/null 2>&1; then
   DSPY="$BUILD_DIR/optim-venv/bin/python"
   if [ ! -x "$DSPY" ] || ! "$DSPY" -c 'import deepspeed' >/dev/null 2>&1; then
     log="$BUILD_DIR/optim-venv-install.log"
-    if ! { $PY -m venv --system-site-packages "$BUILD_DIR/optim-venv" &&
+    if ! { $PY -m venv "$BUILD_DIR/optim-venv" &&
+      $PY -c 'import site; print("\n".join(site.getsitepackages()))' \
+        >"$("$DSPY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/peer.pth" &&
       "$BUILD_DIR/optim-venv/bin/pip" install -q --retries 1 --timeout 30 wheel setuptools &&
       "$BUILD_DIR/optim-venv/bin/pip" install -q --retries 1 --timeout 30 --no-build-isolation deepspeed; } \
       >"$log" 2>&1; then

@@ -3,18 +3,25 @@
 message classes come from the descriptor set that protoc compiles from the
 .proto (build/proto/traind.desc), the calls from a gRPC library that is not
 traind's client: grpclib (pure Python over h2, no code shared with the gRPC
-C core) or grpcio (Debian's python3-grpcio).
+C core) or grpcio (the C core's Python binding, built by its PyPI wheel).
 
 usage: interop.py grpclib|grpcio DESCRIPTOR_SET SOCKET TRAIN_FILE
 
 Checks: grpc.health.v1 Check answers SERVING; SubmitJob queues a job;
 WatchJob streams its events; CancelJob stops it while it trains; the stream
 ends with the job CANCELLED. Exits 0 when all hold, 1 when one does not,
-77 when the library is not installed (ctest: skipped).
+3 when protobuf or the library cannot be imported: the test runs this on the
+project's venv (tests/requirements.txt), so that means the machine is not set
+up, which fails the test rather than skipping it.
 """
 import sys
 
-EXIT_SKIP = 77
+EXIT_NOT_SET_UP = 3
+
+
+def not_set_up(package, e):
+    print(f"interop: {sys.executable} cannot import {package} ({e}); run deploy/install-deps.sh", file=sys.stderr)
+    return EXIT_NOT_SET_UP
 
 
 def message_classes(desc_path):
@@ -65,8 +72,7 @@ def run_grpclib(cls, sock, train_file):
         import asyncio
         from grpclib.client import Channel, UnaryStreamMethod, UnaryUnaryMethod
     except ImportError as e:
-        print(f"skipped: grpclib is not installed ({e})")
-        return EXIT_SKIP
+        return not_set_up("grpclib", e)
 
     async def main():
         ch = Channel(path=sock)
@@ -112,8 +118,7 @@ def run_grpcio(cls, sock, train_file):
     try:
         import grpc
     except ImportError as e:
-        print(f"skipped: grpcio is not installed ({e})")
-        return EXIT_SKIP
+        return not_set_up("grpcio", e)
     ch = grpc.insecure_channel("unix:" + sock)
 
     def unary(name, resp):
@@ -158,8 +163,7 @@ def main(argv):
     try:
         cls = message_classes(argv[2])
     except ImportError as e:
-        print(f"skipped: protobuf is not installed ({e})")
-        return EXIT_SKIP
+        return not_set_up("protobuf", e)
     run = run_grpclib if argv[1] == "grpclib" else run_grpcio
     return run(cls, argv[3], argv[4])
 

@@ -2,14 +2,14 @@
 // and watch it to SUCCEEDED, show/list/logs/node, export the model, and the
 // exported directory loads in the engine and in transformers
 // (tests/ref/check_hf_export.py) with the same logits; sd_notify READY,
-// STATUS and WATCHDOG reach the notification socket. Exit 77 only when the
-// python side lacks torch/transformers; everything else always runs.
+// STATUS and WATCHDOG reach the notification socket.
 #define _GNU_SOURCE
 #include <jansson.h>
 
 #include "e2e/daemon.h"
 #include "engine.h"
 #include "model/safetensors.h"
+#include "python.h"
 
 enum { B = 2, T = 64 };
 
@@ -22,7 +22,7 @@ static json_t *json_of(const char *text) {
 
 // Logits of the exported model on the start of the demo text, through the
 // engine; then transformers must agree.
-static int check_export(const char *dir) {
+static void check_export(const char *dir) {
   eng_spec s;
   eng_spec_defaults(&s);
   s.model_dir = dir;
@@ -49,11 +49,7 @@ static int check_export(const char *dir) {
   CHECK_OK(eng_st_write(ref, src, 2, &e), &e);
   eng_close(r);
   free(logits);
-  char cmd[3000];
-  snprintf(cmd, sizeof cmd, "python3 %s/tests/ref/check_hf_export.py %s %s", TRAIND_SOURCE_DIR, dir, ref);
-  int st = system(cmd);
-  CHECK(st != -1 && WIFEXITED(st), "cannot run %s", cmd);
-  return WEXITSTATUS(st);
+  py_check_hf_export(dir, ref);
 }
 
 int main(void) {
@@ -88,9 +84,8 @@ int main(void) {
   const char *dir = tmp_path("export");
   rc = td_ctl(&t, out, sizeof out, "export %s %s", id, dir);
   CHECK(rc == 0, "export exited %d:\n%s", rc, out);
-  rc = check_export(dir);
-  CHECK(rc == 0 || rc == 77, "transformers' logits differ from the engine's on the exported model");
-  printf("submit, watch, show, list, logs, node, export: ok%s\n", rc == 0 ? "; transformers agrees" : "");
+  check_export(dir);
+  printf("submit, watch, show, list, logs, node, export: ok; transformers agrees\n");
 
   // systemd's protocol beyond READY: the watchdog's pings (every 200 ms
   // here) and a STATUS that follows the queue.
@@ -103,5 +98,5 @@ int main(void) {
   int st = td_stop(&t, SIGTERM, 30, &took);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "traind did not exit 0 on SIGTERM");
   td_finish(&t);
-  return rc == 77 ? 77 : 0;
+  return 0;
 }

@@ -1,0 +1,40 @@
+// Running the tests' Python: TRAIND_PYTHON, the project venv's interpreter
+// (tests/CMakeLists.txt), which has every package of tests/requirements.txt.
+// Without it a test fails, never skips: a check that quietly does not run on
+// a fresh machine is a check CI never makes.
+#ifndef TESTS_PYTHON_H
+#define TESTS_PYTHON_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+// Runs TRAIND_PYTHON with the arguments fmt formats (a shell command line,
+// so paths must not contain spaces) and returns its exit status.
+static inline int py_run(const char *fmt, ...) {
+  CHECK(access(TRAIND_PYTHON, X_OK) == 0, "%s is missing: run deploy/install-deps.sh (it makes the venv)",
+        TRAIND_PYTHON);
+  char args[4096], cmd[4500];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  CHECK(n >= 0 && (size_t)n < sizeof args, "python arguments too long: %s", args);
+  snprintf(cmd, sizeof cmd, "%s %s", TRAIND_PYTHON, args);
+  int st = system(cmd);
+  CHECK(st != -1 && WIFEXITED(st), "cannot run %s", cmd);
+  return WEXITSTATUS(st);
+}
+
+// transformers loads the exported model directory dir and must compute the
+// logits that ref (input_ids, logits: the engine's) holds, to 1e-4.
+static inline void py_check_hf_export(const char *dir, const char *ref) {
+  int rc = py_run("%s/tests/ref/check_hf_export.py %s %s", TRAIND_SOURCE_DIR, dir, ref);
+  CHECK(rc == 0, "tests/ref/check_hf_export.py %s: exit %d (its reason is printed above)", dir, rc);
+}
+
+#endif
