@@ -112,7 +112,7 @@ static int wait_tag(rpc *r, void *tag) {
 static grpc_call *call_new(rpc *r, const char *method, int timeout_ms) {
   grpc_slice m = grpc_slice_from_copied_string(method);
   grpc_call *c = grpc_channel_create_call(r->ch, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq, m, NULL, deadline(timeout_ms), NULL);
-  grpc_slice_unref(m); // create_call does not take it (libraries.md)
+  grpc_slice_unref(m); // grpc_channel_create_call does not take the method slice
   return c;
 }
 

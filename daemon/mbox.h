@@ -1,7 +1,7 @@
 // A mailbox into the loop thread: other threads (the completion-queue
 // thread, the runners) push items onto a locked list and wake the loop with
 // uv_async_send; the loop drains the whole list, oldest first, because
-// libuv coalesces wakeups (libraries.md).
+// libuv coalesces wakeups (several sends may run the callback once).
 //
 // Items are intrusive: the poster embeds an mbox_item in its own struct and
 // keeps it alive until the handler has run, so posting never allocates.

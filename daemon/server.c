@@ -168,7 +168,7 @@ static void send_status(srv_call *c, grpc_status_code code, const char *msg, con
   c->status_started = 1;
   c->send_busy = 1;
   if (call_batch(c, ops, n, &c->t_send)) c->send_busy = 0;
-  grpc_slice_unref(details); // the core copies it in start_batch (libraries.md)
+  grpc_slice_unref(details); // the core does not keep status_details past start_batch
 }
 
 void srv_reply(srv_call *c, const ProtobufCMessage *msg) {
@@ -219,7 +219,8 @@ void srv_send(srv_call *c, const ProtobufCMessage *msg, srv_sent_fn sent) {
   op.data.send_message.send_message = c->send_buf;
   c->sent = sent;
   c->send_busy = 1;
-  // Alone in its batch, so that its success bit means something (libraries.md).
+  // Alone in its batch, so that its success bit means something: the core
+  // reports success for RECV_CLOSE_ON_SERVER and for any op batched with it.
   if (call_batch(c, &op, 1, &c->t_send)) {
     c->send_busy = 0;
     c->sent = NULL;
@@ -407,7 +408,8 @@ void srv_token_set(srv *s, const char *token) {
 }
 
 static int bind_unix(srv *s, const srv_options *o, char *err, size_t errlen) {
-  // A socket file left by a daemon that died makes the bind fail (libraries.md).
+  // A socket file left by a daemon that died makes the bind fail
+  // (grpc_server_add_http2_port returns 0): remove a stale one first.
   struct stat st;
   if (lstat(o->unix_path, &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {

@@ -1,7 +1,8 @@
-// The gRPC server over the C core, driven from the libuv loop (DESIGN §5,
-// libraries.md): one completion queue drained by a dedicated thread that
-// posts every finished operation to the loop through an mbox; every grpc_*
-// call is made on the loop thread. A call reaches its method's handler on
+// The gRPC server over the C core, driven from the libuv loop (DESIGN §5).
+// The core gives libuv no file descriptor to poll, so one completion queue
+// is drained by a dedicated thread (blocking in grpc_completion_queue_next)
+// that posts every finished operation to the loop through an mbox; every
+// grpc_* call is made on the loop thread. A call reaches its method's handler on
 // the loop with its request message decoded; the handler answers at once or
 // later (srv_reply / srv_fail), or streams (srv_send ... srv_finish).
 #ifndef TRAIND_SERVER_H

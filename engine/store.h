@@ -1,6 +1,6 @@
 // The engine's storage interface (DESIGN §1): where the engine needs durable
 // bytes it calls these function pointers; it never knows what is behind them.
-// storage/ implements them on RocksDB (issue 4); store_dir.c implements them
+// storage/ implements them on RocksDB (store_engine_open); store_dir.c implements them
 // on a plain directory for engine-only use and the engine's tests.
 //
 // Checkpoints: begin(step), any number of put(name, bytes), commit. A

@@ -2,7 +2,7 @@
 // byte cap, from which the executor carves layer slots, activations and
 // workspace once per run, and copies that move bytes between host and arena.
 // The cpu backend's arena is host memory and its copies are memcpy; the cuda
-// backend (issue 7) keeps the same contract with cudaMalloc and async copies.
+// backend (backend/cuda.h) keeps the same contract with cudaMalloc and async copies.
 // Copies are called from the executor's stream threads and must be safe to
 // run concurrently with compute on other arena regions.
 #ifndef ENG_BACKEND_BACKEND_H

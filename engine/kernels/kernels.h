@@ -1,5 +1,13 @@
 // Per-op forward and backward kernels of the cpu backend (engine/kernels/cpu).
-// The cuda kernels (engine/kernels/cuda) keep the same signatures.
+// The cuda kernels (kernels/cuda/kernels_cuda.h) cover the same ops with
+// signatures of their own: bf16 storage, a stream, an error return, and no
+// fused products.
+//
+// Fused products: the layout stacks the q, k and v weights (then their
+// biases) and the gate and up weights (model/layout.c), and the cpu layer
+// (exec/layer.c) multiplies by each stack as one eng_k_linear product. Hence
+// the row strides (ld*) of rope, headnorm and attention, which read q, k and
+// v as views into the fused q|k|v rows, and swiglu's stacked gate|up rows.
 //
 // Conventions:
 // - fp32, row-major, contiguous. n = number of token rows (batch * seq).

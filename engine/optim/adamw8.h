@@ -1,4 +1,4 @@
-// AdamW with block-wise 8-bit state (DESIGN §2 step 4, issue 3): per tensor,
+// AdamW with block-wise 8-bit state (DESIGN §2 step 4): per tensor,
 // the first moment m is stored as signed-map codes and the second moment as
 // unsigned-map codes of its square root r = sqrt(v) (optim/q8map.h), one byte
 // each per parameter, plus one fp32 absmax per block of each. Tensors below a

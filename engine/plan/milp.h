@@ -103,9 +103,10 @@ typedef struct milp_result {
 } milp_result;
 int milp_solve(milp *m, const eng_plan_opts *o, double *x, milp_result *r, eng_err *e);
 
-// Independent check of a solution vector against every row and bound (the
-// advice of shared/notes/libraries.md: a returned solution can be
-// meaningless). Returns 1 when it holds within tol.
+// Independent check of a solution vector against every row and bound: GLPK
+// 5.0 has returned points that violate a row (with its MIP presolver,
+// engine/plan/README.md) and, handed an incumbent, a meaningless final
+// solution. Returns 1 when it holds within tol.
 int milp_feasible(const milp *m, const double *x, double tol);
 double milp_objective(const milp *m, const double *x);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The planner on LazyTrain's published setups (shared/notes/references.md):
+# The planner on LazyTrain's published setups (arXiv 2608.11919):
 #   - H800 profile, sequence 1024, LazyTrain's batches (3B 192, 7B 144, 14B 96,
 #     27B 72), and the 27B run with LazyTrain's budgets pinned (activations:
 #     GPU 21.55, CPU 15, NVMe 32 GiB; PCIe 12/12 GB/s; NVMe 2.83 read, 3.35

@@ -39,7 +39,7 @@ static void die(const char *what, const eng_err *e) {
   exit(2);
 }
 
-// LazyTrain's published 27B schedule on its H800 (references.md): 52 of 64
+// LazyTrain's published 27B schedule on its H800 (arXiv 2608.11919): 52 of 64
 // boundaries materialised, 13 recomputed, no exposed transfer predicted; in
 // this cost model that is the window model's bound plus the re-forward of
 // every layer and 13 recomputed layer forwards.

@@ -1,4 +1,4 @@
-// The planner's plan run for real (issue 6): the demo-sized model on the cpu
+// The planner's plan run for real: the demo-sized model on the cpu
 // backend under a device cap that cannot hold every boundary on the device,
 // trained with the program's plan and with MegaTrain's policy (a boundary
 // every 4 layers on the device), alternating, in one run. Prints per policy

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The planner's plan run for real on the cpu backend against MegaTrain's
-# every-4-layers policy (issue 6): the demo-sized model under a device cap
+# every-4-layers policy: the demo-sized model under a device cap
 # that cannot hold every boundary on the device, both policies trained
 # alternately in one run after calibrating this machine; prints measured
 # step times beside the simulator's predictions and measured tier bytes

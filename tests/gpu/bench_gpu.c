@@ -12,7 +12,7 @@
 // inside recomputed in the backward, micro-batches of MB sequences, the
 // embedding and the head resident. (The planner, engine/plan, chooses plans
 // for the executor; this program measures the kernels and the streaming.)
-// The optimizer update is the host's (issue 3) and is not timed here.
+// The optimizer update is the host's (optim/adamw8.h) and is not timed here.
 //
 // Prints TFLOPS by the 6·params·tokens convention (all parameters, the
 // embedding and the head included; the recompute's extra forward is not

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 7, in one command from the repository root:
+# The GPU check of the cuda backend, in one command from the repository root:
 #   tests/gpu/run.sh
 # 1. prints the GPU (nvidia-smi) and the toolchain;
 # 2. configures and builds the engine-only CUDA project (tests/gpu/CMakeLists.txt:

@@ -1,4 +1,4 @@
-// Trajectory of the 8-bit optimizer (issue 3): the tiny config trained on
+// Trajectory of the 8-bit optimizer: the tiny config trained on
 // the demo text for 300 steps with adamw8 (and the bf16 gradient store, the
 // defaults) ends within 1% of fp32 AdamW (fp32 moments and gradients) from
 // the same seed and data, and the fp32 run's loss falls by at least 30%.

@@ -1,4 +1,4 @@
-// Optimizer-state memory (issue 3): the bytes the model state allocates for
+// Optimizer-state memory: the bytes the model state allocates for
 // optimizer moments and block scales, summed over every tensor's region as
 // allocated, stay at or below 2.05 bytes per parameter with the default
 // 8-bit optimizer, for the demo model and a ~1.1B Llama-shaped config. The

@@ -1,6 +1,21 @@
 // The cuda kernels (engine/kernels/cuda): the ops of kernels/kernels.h on
-// the GPU, callable from C. Same op list, argument order and layouts as the
-// cpu kernels; what differs is stated here once:
+// the GPU, callable from C, with signatures of their own: every kernel
+// takes the eng_cuda_ctx (first) or a stream (last) and an eng_err, and
+// returns 0 or an error; outputs come first as on the cpu. Where the op
+// list and arguments differ from kernels.h:
+// - No fused products: the cuda layer (layer.cu) runs q, k and v as three
+//   products and gate and up as two, each reading its tensor at its offset
+//   in the layout (which stacks them for the cpu layer's fused products,
+//   model/layout.c). So q, k and v are arrays of their own, rows contiguous
+//   (rope and attention take no row strides), and swiglu takes gate and up
+//   as two arrays.
+// - No headnorm: Qwen3's q/k norms are rmsnorm over n·heads rows of hd.
+//   rmsnorm_bwd adds into dx by a flag (no dres); linear_fwd adds a residual
+//   (res) in the GEMM; no *_then row epilogues; the head's loss sums into a
+//   device double; gradient norms come from eng_cuda_grad_finish (no sumsq).
+//   Beyond kernels.h: bf16 conversions, eng_cuda_grad_finish, and the whole
+//   layer (eng_cuda_layer_fwd/bwd).
+// What differs in every kernel is stated here once:
 //
 // - Storage is bf16 with fp32 arithmetic inside every kernel (DESIGN §2):
 //   activations, activation gradients and weights are eng_bf16 arrays;
@@ -94,7 +109,8 @@ int eng_cuda_rope_bwd(eng_bf16 *dx, int B, int T, int heads, int hd, float theta
 // multiple of 16 (the tensor-core tile). eng_cuda_check_config refuses others.
 #define ENG_CUDA_MAX_HD 128
 
-// Causal GQA attention (kernels.h's layouts): 64×64 tiles on the tensor
+// Causal GQA attention (kernels.h's layouts, rows contiguous: q rows H·hd
+// apart, k and v rows KV·hd apart): 64×64 tiles on the tensor
 // cores, online softmax, O(T·hd) memory; out bf16, lse fp32 [B,H,T].
 int eng_cuda_attention_fwd(eng_bf16 *out, float *lse, const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v, int B,
                            int T, int H, int KV, int hd, eng_cuda_stream s, eng_err *e);
