@@ -9,7 +9,12 @@
 # convention of the papers we compare with) against the machine's sgemm rate
 # (OpenBLAS) measured in the same run, and the rate of the engine's own
 # product on the same shape: on a cpu with AMX it exceeds OpenBLAS's
-# (kernels/cpu/gemm_amx.h), so a step can pass 100% of sgemm. Last line: "engine: <ratio>x vs torch" (5M model).
+# (kernels/cpu/gemm_amx.h), so a step can pass 100% of sgemm.
+# The engine runs the cpu products' route TRAIND_CPU_GEMM names (default: the
+# cpu's best; the first line says which). Forcing avx2 on a cpu with AVX-512
+# stands for a machine without it, so torch is then held to AVX2 as well
+# (MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY, ONEDNN/DNNL_MAX_CPU_ISA), as it
+# would be there. Last line: "engine: <ratio>x vs torch" (5M model).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -29,8 +34,15 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else pr
 
 rates=$("$BUILD_DIR"/tests/bench_sgemm_rate)
 sgemm=$(awk '$1 == "sgemm_gflops" {print $2}' <<<"$rates")
-esgemm=$(awk '$1 == "engine_sgemm_gflops" {print $2 " GFLOP/s on its " $3 " route"}' <<<"$rates")
-echo "machine: $THREADS threads, sgemm $sgemm GFLOP/s (OpenBLAS, 2048^3, median of 5); the engine's own product $esgemm"
+core=$(awk '$1 == "sgemm_gflops" {print $3}' <<<"$rates")
+route=$(awk '$1 == "engine_sgemm_gflops" {print $3}' <<<"$rates")
+esgemm=$(awk '$1 == "engine_sgemm_gflops" {print $2}' <<<"$rates")
+torch_env=()
+if [ "$route" = avx2 ]; then
+  torch_env=(MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2)
+fi
+echo "route: $route (the cpu products of traind)${torch_env[*]:+; torch held to AVX2: ${torch_env[*]}}"
+echo "machine: $THREADS threads, sgemm $sgemm GFLOP/s (OpenBLAS $core, 2048^3, median of 5); the engine's own product $esgemm GFLOP/s on its $route route"
 
 # ours: per-step tok/s lines after the warm-up, median
 ours() { # preset
@@ -43,7 +55,7 @@ params() {
     awk '/^model/ {print $3}'
 }
 theirs() { # torch args...
-  $PY tests/bench/engine_torch.py --arch qwen3 --seq 256 --batch 8 --steps "$STEPS" --warmup $WARMUP \
+  env "${torch_env[@]}" $PY tests/bench/engine_torch.py --arch qwen3 --seq 256 --batch 8 --steps "$STEPS" --warmup $WARMUP \
     --threads "$THREADS" "$@" | awk '/^torch_tokens_per_s/ {print $2}'
 }
 

@@ -49,6 +49,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sgemm_rate: %s\n", msg);
     return 2;
   }
+  eng_k_blas_core_fit(); // OpenBLAS as the blas route runs it, not a generic core
   printf("sgemm_gflops %.1f %s\n", rate(openblas, n, a, b, c), eng_k_blas_core());
   for (int r = 0; r < ENG_K_GEMM_NROUTES; r++) {
     if (all ? eng_k_gemm_route_set(r) != 0 : r != route) continue;

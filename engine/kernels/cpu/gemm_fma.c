@@ -20,21 +20,23 @@ enum { MR_MAX = 16, NR_MAX = 32 };
 
 // Panel of op(B)'s columns j0..j0+nr of a k block: bp[k][j] = op(B)(k, j0 + j),
 // zero past N.
-static void panel_pack(float *bp, int nr, int tb, const float *B, int ldb, int kb, int N, int j0) {
-  int nj = N - j0 < nr ? N - j0 : nr;
-  if (tb) {
+static void panel_pack(const eng_k_fma_isa *isa, float *bp, int tb, const float *B, int ldb, int kb, int N, int j0) {
+  const int nr = isa->nr, nj = N - j0 < nr ? N - j0 : nr;
+  if (tb && isa->pack_bt) {
+    isa->pack_bt(bp, B + (size_t)j0 * ldb, (size_t)ldb, kb, nj);
+  } else if (tb) {
     for (int j = 0; j < nj; j++) { // read op(B)'s columns, B's rows, in order
       const float *src = B + (size_t)(j0 + j) * ldb;
       for (int k = 0; k < kb; k++) bp[(size_t)k * nr + j] = src[k];
     }
     for (int k = 0; k < kb; k++)
       for (int j = nj; j < nr; j++) bp[(size_t)k * nr + j] = 0.0f;
-    return;
-  }
-  for (int k = 0; k < kb; k++) {
-    float *d = bp + (size_t)k * nr;
-    memcpy(d, B + (size_t)k * ldb + j0, sizeof(float) * (size_t)nj);
-    for (int j = nj; j < nr; j++) d[j] = 0.0f;
+  } else {
+    for (int k = 0; k < kb; k++) {
+      float *d = bp + (size_t)k * nr;
+      memcpy(d, B + (size_t)k * ldb + j0, sizeof(float) * (size_t)nj);
+      for (int j = nj; j < nr; j++) d[j] = 0.0f;
+    }
   }
 }
 
@@ -52,42 +54,39 @@ typedef struct chunk {
 // place, each step of k would evict the lines the next steps need.
 static int rows_collide(int lda) { return lda % 512 == 0; }
 
-// Rows r0.. of C against panels jp0..jp1. A transposed op(A) (a run of mr
-// floats per k) is packed into ap (MR_MAX × kb floats) as [k][mr], zero past
-// M, and so are row-major rows that would collide in L1; other row-major
-// rows are read in place (packing them is a transpose, about a tenth of a
-// narrow product's time), those of a block at the bottom edge from ap as
-// [q][kb]. ct holds a block at an edge before it reaches C.
+// Floats between the rows of a block copied into ap: a line more than kb, so
+// that they do not share L1 sets either.
+static int ap_ld(int kb) { return kb + 16; }
+
+// Rows r0.. of C against panels jp0..jp1. op(A)'s rows are read in place
+// where they can be; else copied into ap (MR_MAX × ap_ld(KB) floats), zero
+// past M: a transposed op(A) as [k][mr] (a run of mr floats per k), the rows
+// of a row-major A as [q][ap_ld] (a copy, not a transpose, which would cost a
+// tenth of a narrow product's time) when they collide or are a block at the
+// bottom edge. ct holds a block at an edge before it reaches C.
 static void row_block(const chunk *c, int r0, int jp0, int jp1, float *ap, float *ct) {
   const int mr = c->isa->mr, nr = c->isa->nr, kb = c->kb;
   const int nq = c->M - r0 < mr ? c->M - r0 : mr;
-  void (*blk)(int, const float *, size_t, const float *, float *, size_t, int) = c->isa->cols;
-  const float *a = ap;
-  size_t as = (size_t)mr;
+  void (*blk)(int, const float *, size_t, const float *, float *, size_t, int);
+  const float *a;
+  size_t as;
   if (c->ta) {
     const float *src = c->A + r0;
     for (int k = 0; k < kb; k++) {
       memcpy(ap + (size_t)k * mr, src + (size_t)k * c->lda, sizeof(float) * (size_t)nq);
       for (int q = nq; q < mr; q++) ap[(size_t)k * mr + q] = 0.0f;
     }
-  } else if (rows_collide(c->lda)) {
-    const float *src = c->A + (size_t)r0 * c->lda;
-    for (int q = 0; q < nq; q++)
-      for (int k = 0; k < kb; k++) ap[(size_t)k * mr + q] = src[(size_t)q * c->lda + k];
-    for (int k = 0; k < kb; k++)
-      for (int q = nq; q < mr; q++) ap[(size_t)k * mr + q] = 0.0f;
+    blk = c->isa->cols, a = ap, as = (size_t)mr;
   } else {
-    blk = c->isa->rows;
-    a = c->A + (size_t)r0 * c->lda;
-    as = (size_t)c->lda;
-    if (nq < mr) {
+    blk = c->isa->rows, a = c->A + (size_t)r0 * c->lda, as = (size_t)c->lda;
+    if (nq < mr || rows_collide(c->lda)) {
+      const size_t ld = (size_t)ap_ld(kb);
       for (int q = 0; q < mr; q++)
         if (q < nq)
-          memcpy(ap + (size_t)q * kb, a + (size_t)q * as, sizeof(float) * (size_t)kb);
+          memcpy(ap + (size_t)q * ld, a + (size_t)q * as, sizeof(float) * (size_t)kb);
         else
-          memset(ap + (size_t)q * kb, 0, sizeof(float) * (size_t)kb);
-      a = ap;
-      as = (size_t)kb;
+          memset(ap + (size_t)q * ld, 0, sizeof(float) * (size_t)kb);
+      a = ap, as = ld;
     }
   }
   for (int jp = jp0; jp < jp1; jp++) {
@@ -126,9 +125,9 @@ int eng_k_fma_sgemm(const eng_k_fma_isa *isa, int ta, int tb, int M, int N, int 
       const int team = (double)M * ncols * kb >= TEAM_MACS && !omp_in_parallel();
 #pragma omp parallel if (team)
       {
-        alignas(64) float abuf[MR_MAX * ENG_K_GEMM_KB], ct[MR_MAX * NR_MAX];
+        alignas(64) float abuf[MR_MAX * (ENG_K_GEMM_KB + 16)], ct[MR_MAX * NR_MAX];
 #pragma omp for schedule(static)
-        for (int jp = 0; jp < np; jp++) panel_pack(bp + (size_t)jp * kb * nr, nr, tb, bj, ldb, kb, ncols, jp * nr);
+        for (int jp = 0; jp < np; jp++) panel_pack(isa, bp + (size_t)jp * kb * nr, tb, bj, ldb, kb, ncols, jp * nr);
         if (nrb >= 2 * omp_get_num_threads() || then_here) {
 #pragma omp for schedule(static)
           for (int rb = 0; rb < nrb; rb++) {

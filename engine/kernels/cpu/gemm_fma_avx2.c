@@ -48,5 +48,43 @@ AVX2 static void cols(int kb, const float *A, size_t lda, const float *bp, float
   block(kb, A, 1, lda, bp, C, ldc, add);
 }
 
-const eng_k_fma_isa eng_k_fma_avx2 = {"avx2", MR, NR, rows, cols};
+// The 8 × 8 floats of r transposed in registers: r[c] becomes column c.
+AVX2 static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; i++) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+  }
+  for (int c = 0; c < 4; c++) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+// A panel of a transposed op(B), 8 columns × 8 k at a time through
+// transpose8; the k past the last 8 and a partial half panel element by
+// element (see gemm_fma_avx512.c's pack_bt for why).
+AVX2 static void pack_bt(float *bp, const float *B, size_t ldb, int kb, int nj) {
+  for (int h = 0; h < NR / 8; h++) {
+    const int j0 = 8 * h, full = nj >= j0 + 8;
+    int k0 = 0;
+    if (full)
+      for (; k0 + 8 <= kb; k0 += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(B + (size_t)(j0 + i) * ldb + k0);
+        transpose8(r);
+        for (int i = 0; i < 8; i++) _mm256_store_ps(bp + (size_t)(k0 + i) * NR + j0, r[i]);
+      }
+    for (int k = k0; k < kb; k++)
+      for (int j = j0; j < j0 + 8; j++) bp[(size_t)k * NR + j] = j < nj ? B[(size_t)j * ldb + k] : 0.0f;
+  }
+}
+
+const eng_k_fma_isa eng_k_fma_avx2 = {"avx2", MR, NR, rows, cols, pack_bt};
 #endif

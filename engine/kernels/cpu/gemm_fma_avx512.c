@@ -48,5 +48,52 @@ AVX512 static void cols(int kb, const float *A, size_t lda, const float *bp, flo
   block(kb, A, 1, lda, bp, C, ldc, add);
 }
 
-const eng_k_fma_isa eng_k_fma_avx512 = {"avx512", MR, NR, rows, cols};
+// The 16 × 16 floats of r transposed in registers (unpacks within 128-bit
+// lanes, then lane shuffles): r[c] becomes column c.
+AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int i = 0; i < 2; i++)
+    for (int c = 0; c < 4; c++) {
+      t[8 * i + c] = _mm512_shuffle_f32x4(r[8 * i + c], r[8 * i + 4 + c], 0x88);
+      t[8 * i + 4 + c] = _mm512_shuffle_f32x4(r[8 * i + c], r[8 * i + 4 + c], 0xdd);
+    }
+  for (int c = 0; c < 8; c++) {
+    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+  }
+}
+
+// A panel of a transposed op(B), 16 columns × 16 k at a time through
+// transpose16; the k past the last 16 and a partial half panel element by
+// element. The head's logits product packs its whole weight per chunk of
+// rows, so a scalar transpose there costs a quarter of the product.
+AVX512 static void pack_bt(float *bp, const float *B, size_t ldb, int kb, int nj) {
+  for (int h = 0; h < NR / 16; h++) {
+    const int j0 = 16 * h, full = nj >= j0 + 16;
+    int k0 = 0;
+    if (full)
+      for (; k0 + 16 <= kb; k0 += 16) {
+        __m512 r[16];
+        for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(B + (size_t)(j0 + i) * ldb + k0);
+        transpose16(r);
+        for (int i = 0; i < 16; i++) _mm512_store_ps(bp + (size_t)(k0 + i) * NR + j0, r[i]);
+      }
+    for (int k = k0; k < kb; k++)
+      for (int j = j0; j < j0 + 16; j++) bp[(size_t)k * NR + j] = j < nj ? B[(size_t)j * ldb + k] : 0.0f;
+  }
+}
+
+const eng_k_fma_isa eng_k_fma_avx512 = {"avx512", MR, NR, rows, cols, pack_bt};
 #endif
