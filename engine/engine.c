@@ -89,15 +89,15 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
-// The spec's model config: from model_dir/config.json, or the spec's own.
-static int spec_config(const eng_spec *spec, eng_config *cfg, eng_err *e) {
+// The spec's model config: model_dir's, or the spec's own. *untied: the
+// directory's config ties a head that its weights hold distinct.
+static int spec_config(const eng_spec *spec, eng_config *cfg, int *untied, eng_err *e) {
+  *untied = 0;
   if (!spec->model_dir) {
     *cfg = spec->config;
     return eng_config_validate(cfg, "spec", e);
   }
-  char path[4096];
-  snprintf(path, sizeof path, "%s/config.json", spec->model_dir);
-  return eng_config_load(path, cfg, e);
+  return eng_hf_load_config(spec->model_dir, cfg, untied, e);
 }
 
 static eng_exec_policy spec_policy(const eng_spec *s) {
@@ -126,8 +126,9 @@ static int spec_tiers(const eng_spec *s, const eng_config *cfg, eng_exec_tiers *
 
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
   eng_config cfg;
+  int untied;
   int rc = spec_validate(spec, e);
-  if (!rc) rc = spec_config(spec, &cfg, e);
+  if (!rc) rc = spec_config(spec, &cfg, &untied, e);
   if (rc) return rc;
   eng_exec_tiers t;
   if ((rc = spec_tiers(spec, &cfg, &t, e))) return rc;
@@ -152,9 +153,19 @@ static int spec_dev_open(const eng_spec *s, eng_dev **dev, eng_err *e) {
 
 int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   eng_config cfg;
+  int untied;
   int rc = spec_validate(spec, e);
-  if (!rc) rc = spec_config(spec, &cfg, e);
+  if (!rc) rc = spec_config(spec, &cfg, &untied, e);
   if (rc) return rc;
+  if (untied && spec->note) {
+    char line[4400];
+    snprintf(line, sizeof line,
+             "%s: config.json ties lm_head.weight to the embedding (tie_word_embeddings true), "
+             "but the weights hold an lm_head.weight that differs from it; the model is loaded "
+             "untied with that head, as transformers loads it",
+             spec->model_dir);
+    spec->note(spec->note_ctx, line);
+  }
 
   // Refuse a cap that cannot hold the step before any model memory exists
   // (a GPU's cap of 0, all it has free, is known once it is open).
