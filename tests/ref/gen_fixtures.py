@@ -21,7 +21,7 @@ import sys
 
 import torch
 import transformers
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
@@ -59,7 +59,12 @@ MODELS = {
     # catches code that assumes the two are equal.
     "qwen3": (Qwen3Config, Qwen3ForCausalLM,
               dict(tie_word_embeddings=False, rope_theta=1000000.0, head_dim=32), 1003),
+    # tie_word_embeddings true, yet the file holds an lm_head.weight of its own
+    # (add_distinct_head): transformers warns and loads the two untied.
+    "qwen3_tied_head": (Qwen3Config, Qwen3ForCausalLM,
+                        dict(tie_word_embeddings=True, rope_theta=1000000.0, head_dim=32), 1004),
 }
+DISTINCT_HEAD = {"qwen3_tied_head"}
 
 BATCH = dict(B=2, T=64, ignore_index=-100, masked_prefix_row0=10, masked_fraction=0.1)
 
@@ -78,6 +83,7 @@ ADAMW = dict(
 # does not shift another (the weights).
 SEED_BATCH_OFFSET = 100   # batch seed = model seed + 100
 SEED_PERTURB_OFFSET = 200  # perturbation seed = model seed + 200
+SEED_HEAD_OFFSET = 300     # distinct head seed = model seed + 300
 
 
 def lr_at(step):
@@ -109,6 +115,19 @@ def perturb(model, seed):
             else:
                 assert "norm" in name, f"unexpected 1-d parameter {name}"
                 p.mul_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+
+
+def add_distinct_head(fdir, seed):
+    """Writes an lm_head.weight unlike the embedding into a tied model's file, as
+    checkpoints exported by some tools have it."""
+    path = os.path.join(fdir, "model.safetensors")
+    tensors = load_file(path)
+    assert "lm_head.weight" not in tensors, "save_pretrained stores a tied head once"
+    shape = tensors["model.embed_tokens.weight"].shape
+    g = torch.Generator().manual_seed(seed)
+    tensors["lm_head.weight"] = COMMON["initializer_range"] * torch.randn(shape, generator=g)
+    save_file(tensors, path, metadata={"format": "pt"})
+    return tensors["lm_head.weight"]
 
 
 def make_batch(seed):
@@ -177,9 +196,14 @@ def gen_fp32_fixture(out, name):
     model = model_cls(make_config(name))
     perturb(model, seed + SEED_PERTURB_OFFSET)
     model.save_pretrained(fdir, safe_serialization=True)
+    head = add_distinct_head(fdir, seed + SEED_HEAD_OFFSET) if name in DISTINCT_HEAD else None
 
     # Work from what was saved, so the reference is exactly the files a C test loads.
     model = load_fp32(fdir)
+    if head is not None:
+        # What the C test holds the engine to: transformers keeps the file's head.
+        assert model.lm_head.weight is not model.model.embed_tokens.weight
+        assert torch.equal(model.lm_head.weight, head), "transformers did not load the file's head"
     model.train()  # dropout is 0, so train mode only matters for being honest
     input_ids, labels = make_batch(seed + SEED_BATCH_OFFSET)
 
@@ -243,6 +267,10 @@ def gen_fp32_fixture(out, name):
         },
         "tensors": sorted(tensors),
     }
+    if head is not None:
+        meta["lm_head"] = ("config.json ties it (tie_word_embeddings true), but model.safetensors "
+                           "holds an lm_head.weight of its own, initializer_range*randn from seed "
+                           f"{seed + SEED_HEAD_OFFSET}; transformers loads it untied with that head")
     with open(os.path.join(fdir, "ref.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True)
         f.write("\n")
