@@ -423,6 +423,6 @@ int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
   free(col.items);
   char path[4096];
   if (!rc) rc = join(path, sizeof path, dir, "config.json", e);
-  if (!rc) rc = eng_config_save(c, path, bf16 ? "bfloat16" : "float32", e);
+  if (!rc) rc = eng_config_save(c, path, bf16 ? "bfloat16" : "float32", NULL, e);
   return rc;
 }

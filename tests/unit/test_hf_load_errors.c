@@ -191,7 +191,7 @@ static void test_tied(void) {
   find_src(&m, "lm_head.weight")->data = w[0]; // the embedding's values
   const char *dir = write_model("tied_copy", &m);
   snprintf(path, sizeof path, "%s/config.json", dir);
-  CHECK_OK(eng_config_save(&tied, path, "float32", &e), &e);
+  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, &e), &e);
   CHECK_OK(eng_hf_load_weights(dir, &lo, r, &e), &e);
   CHECK_OK(eng_hf_load_config(dir, &got, &was_untied, &e), &e);
   CHECK(!was_untied && got.tie_embeddings, "a copy of the embedding untied the config");
@@ -200,7 +200,7 @@ static void test_tied(void) {
   add_src(&m, "lm_head.weight", 64, 32); // a layer's values
   dir = write_model("tied_own", &m);
   snprintf(path, sizeof path, "%s/config.json", dir);
-  CHECK_OK(eng_config_save(&tied, path, "float32", &e), &e);
+  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, &e), &e);
   load_fails(dir, ENG_EINVAL, "tied_own", "\"lm_head.weight\"", "differs from the embedding");
   CHECK_OK(eng_hf_load_config(dir, &got, &was_untied, &e), &e);
   CHECK(was_untied && !got.tie_embeddings, "a head of its own left the config tied");
@@ -213,7 +213,7 @@ static void test_tied(void) {
   dir = tmp_path("tied_sharded");
   CHECK_OK(eng_hf_save(dir, &cfg, &untied, (const float *const *)w, 0, 20000, &e), &e);
   snprintf(path, sizeof path, "%s/config.json", dir);
-  CHECK_OK(eng_config_save(&tied, path, "float32", &e), &e);
+  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, &e), &e);
   load_fails(dir, ENG_EINVAL, "\"lm_head.weight\"", "differs", NULL);
   CHECK_OK(eng_hf_load_config(dir, &got, &was_untied, &e), &e);
   CHECK(was_untied && !got.tie_embeddings, "sharded: a head of its own left the config tied");
