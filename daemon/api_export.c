@@ -76,7 +76,7 @@ static void on_close(srv_call *c, void *app) {
 static void export_work(uv_work_t *w) {
   export_ctx *x = w->data;
   eng_err e = {0};
-  x->rc = store_ckpt_export_hf(x->st, x->job, x->step, &x->model, x->dir, x->bf16, 0, &e);
+  x->rc = store_ckpt_export_hf(x->st, x->job, x->step, &x->model, x->dir, x->bf16, 0, NULL, &e);
   if (x->rc) snprintf(x->err, sizeof x->err, "%s", e.msg);
 }
 

@@ -496,7 +496,7 @@ int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e) {
   eng_exec_quiesce(r->exec);
   const float *ws[r->model.lo.n_shards];
   for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;
-  return eng_hf_save(dir, &r->model.cfg, &r->model.lo, ws, bf16, 0, e);
+  return eng_hf_save(dir, &r->model.cfg, &r->model.lo, ws, bf16, 0, r->model_dir, e);
 }
 
 int64_t eng_steps_done(const eng_run *r) { return r->step; }

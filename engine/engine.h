@@ -145,6 +145,8 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e);
 // Loads the newest checkpoint of st (returns 1 when there is none).
 int eng_load(eng_run *r, const eng_store *st, eng_err *e);
 // Writes the model as a Hugging Face directory (fp32, or bf16 when bf16 != 0).
+// A run opened from a model_dir keeps that directory's token ids and copies
+// its tokenizer and generation files (eng_hf_save's src_dir).
 int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e);
 
 // ---- GPUs -------------------------------------------------------------------

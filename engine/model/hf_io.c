@@ -398,8 +398,29 @@ static int write_single(const char *dir, const item *items, int n, eng_err *e) {
   return rc;
 }
 
+// The files of a model directory that are not the model: the tokenizer in
+// each form transformers reads, and the generation defaults. The engine
+// never reads them, but without them an export is a model nobody can prompt.
+static const char *const side_files[] = {
+    "tokenizer.json",    "tokenizer_config.json",  "special_tokens_map.json",
+    "vocab.json",        "merges.txt",             "tokenizer.model",
+    "added_tokens.json", "generation_config.json", "chat_template.jinja",
+};
+
+static int copy_side_files(const char *src, const char *dir, eng_err *e) {
+  char from[4096], to[4096];
+  for (size_t i = 0; i < sizeof side_files / sizeof side_files[0]; i++) {
+    int rc = join(from, sizeof from, src, side_files[i], e);
+    if (!rc) rc = join(to, sizeof to, dir, side_files[i], e);
+    if (!rc) rc = eng_afile_copy(from, to, e);
+    if (rc < 0) return rc; // 1: the source has no such file
+  }
+  return ENG_OK;
+}
+
 int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
-                const float *const *shards, int bf16, size_t max_shard_bytes, eng_err *e) {
+                const float *const *shards, int bf16, size_t max_shard_bytes, const char *src_dir,
+                eng_err *e) {
   int rc = eng_config_validate(c, dir, e);
   if (rc) return rc;
   eng_layout want;
@@ -421,8 +442,10 @@ int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
            ? write_single(dir, col.items, col.n, e)
            : write_sharded(dir, col.items, col.n, max_shard_bytes, e);
   free(col.items);
-  char path[4096];
+  if (!rc && src_dir) rc = copy_side_files(src_dir, dir, e);
+  char path[4096], ids_from[4096];
   if (!rc) rc = join(path, sizeof path, dir, "config.json", e);
-  if (!rc) rc = eng_config_save(c, path, bf16 ? "bfloat16" : "float32", NULL, e);
+  if (!rc && src_dir) rc = join(ids_from, sizeof ids_from, src_dir, "config.json", e);
+  if (!rc) rc = eng_config_save(c, path, bf16 ? "bfloat16" : "float32", src_dir ? ids_from : NULL, e);
   return rc;
 }

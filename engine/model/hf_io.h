@@ -55,8 +55,15 @@ int eng_hf_load_weights(const char *dir, const eng_layout *lo, float *const *sha
 // max_shard_bytes each (a single larger tensor gets a file of its own) plus
 // the index; otherwise they go to model.safetensors. Whichever of
 // model.safetensors and the index the other form would shadow is removed.
+// src_dir, when not NULL, is the model directory the weights came from: the
+// token ids of its config.json (bos_token_id, eos_token_id, pad_token_id)
+// go into the config.json written, and whichever of its tokenizer and
+// generation files exist (tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, vocab.json, merges.txt, tokenizer.model,
+// added_tokens.json, generation_config.json, chat_template.jinja) are copied.
 // Every file is written atomically; config.json is written last.
 int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
-                const float *const *shards, int bf16, size_t max_shard_bytes, eng_err *e);
+                const float *const *shards, int bf16, size_t max_shard_bytes, const char *src_dir,
+                eng_err *e);
 
 #endif

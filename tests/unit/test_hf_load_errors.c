@@ -211,7 +211,7 @@ static void test_tied(void) {
 
   // Sharded: the untied model written in small files, then its config tied.
   dir = tmp_path("tied_sharded");
-  CHECK_OK(eng_hf_save(dir, &cfg, &untied, (const float *const *)w, 0, 20000, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &cfg, &untied, (const float *const *)w, 0, 20000, NULL, &e), &e);
   snprintf(path, sizeof path, "%s/config.json", dir);
   CHECK_OK(eng_config_save(&tied, path, "float32", NULL, &e), &e);
   load_fails(dir, ENG_EINVAL, "\"lm_head.weight\"", "differs", NULL);
@@ -244,7 +244,7 @@ static const char *sharded_with_index(const char *name, const char *fmt) {
   static char dir[512];
   snprintf(dir, sizeof dir, "%s", tmp_path(name));
   eng_err e = {0};
-  CHECK_OK(eng_hf_save(dir, &cfg, &lo, (const float *const *)w, 0, 20000, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &cfg, &lo, (const float *const *)w, 0, 20000, NULL, &e), &e);
   char path[600], text[1024];
   snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
   json_error_t jerr;
