@@ -5,7 +5,8 @@ Each fixture is a tiny randomly initialised Hugging Face model saved the way
 transformers saves it (config.json + model.safetensors), plus ref.safetensors with
 the logits, loss, gradients and a 10-step AdamW trajectory that transformers and
 torch compute for it, and ref.json with every hyperparameter the C test needs.
-The C tests read these files and never import torch.
+The C tests read these files and never import torch. One more fixture, llama_tok,
+is a model directory with a real tokenizer, the source of the export tests.
 
 Everything is seeded and runs on one CPU thread in fp32 with eager attention, so a
 rerun on the same machine (and the same torch/transformers) rewrites identical
@@ -19,12 +20,15 @@ import os
 import shutil
 import sys
 
+import tokenizers
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
+    PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -323,6 +327,58 @@ def gen_bf16_fixture(out, src_name, name):
         f.write("\n")
 
 
+# A model directory as users have them: a small Llama with a real byte-level
+# BPE tokenizer trained on the demo text, bos/eos/pad token ids (eos a list,
+# as Llama 3 and Qwen have it) and the files save_pretrained writes for both.
+TOKENIZER = dict(vocab_size=384, text="data/demo/licenses.txt",
+                 special_tokens=["<pad>", "<s>", "</s>", "<|im_end|>"],
+                 chat_template="{% for m in messages %}{{ m['content'] }}<|im_end|>{% endfor %}")
+TOK_MODEL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                 intermediate_size=64, max_position_embeddings=128, rms_norm_eps=1e-6,
+                 tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=[2, 3])
+TOK_SEED = 1005
+
+
+def gen_tokenizer_fixture(out, name):
+    fdir = os.path.join(out, name)
+    fresh_dir(fdir)
+    with open(os.path.join(HERE, "..", "..", TOKENIZER["text"]), encoding="utf-8") as f:
+        text = f.read()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=TOKENIZER["vocab_size"],
+                                  special_tokens=TOKENIZER["special_tokens"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator([text], trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>")
+    fast.chat_template = TOKENIZER["chat_template"]
+    fast.save_pretrained(fdir)
+    # The special tokens' ids must be the ones config.json names.
+    assert [fast.pad_token_id, fast.bos_token_id, fast.eos_token_id] == [0, 1, 2]
+
+    torch.manual_seed(TOK_SEED)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), **TOK_MODEL,
+                                         attn_implementation="eager"))
+    model.save_pretrained(fdir, safe_serialization=True)
+    meta = {
+        "fixture": name,
+        "generated_by": "tests/ref/gen_fixtures.py",
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "tokenizers_version": tokenizers.__version__,
+        "seeds": {"model_init": TOK_SEED},
+        "tokenizer": {k: v for k, v in TOKENIZER.items() if k != "chat_template"},
+        "model": {"class": "LlamaForCausalLM", **TOK_MODEL},
+        "use": "a source directory for exports: its tokenizer files and token ids must survive",
+    }
+    with open(os.path.join(fdir, "ref.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def report(out, names):
     total = 0
     for name in names:
@@ -352,7 +408,8 @@ def main():
     for name in MODELS:
         gen_fp32_fixture(args.out, name)
     gen_bf16_fixture(args.out, "qwen3", "qwen3_bf16")
-    report(args.out, list(MODELS) + ["qwen3_bf16"])
+    gen_tokenizer_fixture(args.out, "llama_tok")
+    report(args.out, list(MODELS) + ["qwen3_bf16", "llama_tok"])
 
 
 if __name__ == "__main__":
