@@ -1,6 +1,7 @@
-// ExportJob: a checkpoint's model as a Hugging Face directory, streamed as
-// file chunks. storage writes the directory under <state_dir>/export on the
-// libuv thread pool (it reads every weight shard); the loop then streams
+// ExportJob: a checkpoint's model as a Hugging Face directory, with the
+// tokenizer of the directory the job started from, streamed as file chunks.
+// storage writes the directory under <state_dir>/export on the libuv
+// thread pool (it reads every weight shard); the loop then streams
 // each file in 1 MiB chunks, each read on the pool too, one message in
 // flight at a time; the directory is removed at the end.
 #include <dirent.h>
@@ -29,6 +30,7 @@ typedef struct export_ctx {
   int64_t step;
   int bf16;
   eng_config model;
+  char *src;              // the model directory the job started from, or NULL
   char dir[4200];
   int rc;
   char err[600];
@@ -61,6 +63,7 @@ static void cleanup_dir(const char *dir) {
 static void ctx_free(export_ctx *x) {
   if (x->fd >= 0) close(x->fd);
   if (x->dir[0]) cleanup_dir(x->dir);
+  free(x->src);
   free(x->buf);
   free(x);
 }
@@ -76,7 +79,7 @@ static void on_close(srv_call *c, void *app) {
 static void export_work(uv_work_t *w) {
   export_ctx *x = w->data;
   eng_err e = {0};
-  x->rc = store_ckpt_export_hf(x->st, x->job, x->step, &x->model, x->dir, x->bf16, 0, &e);
+  x->rc = store_ckpt_export_hf(x->st, x->job, x->step, &x->model, x->dir, x->bf16, 0, x->src, &e);
   if (x->rc) snprintf(x->err, sizeof x->err, "%s", e.msg);
 }
 
@@ -195,12 +198,25 @@ void api_export(srv_call *c, ProtobufCMessage *req) {
       return;
     }
   }
+  // The tokenizer and the token ids go with the model, from the directory
+  // the job started from, which must still be there (and under a root).
+  char *src = NULL;
+  val_roots roots = {d->cfg.roots, d->cfg.n_roots};
+  val_err ve;
+  if (j->spec->model->source_case == K(MODEL_SPEC__SOURCE_HF_DIR) &&
+      val_path(j->spec->model->hf_dir, "spec.model.hf_dir", 1, &roots, &src, &ve)) {
+    srv_fail(c, GRPC_STATUS_FAILED_PRECONDITION,
+             "the job's %s; an export takes the tokenizer files and token ids from there", ve.msg);
+    return;
+  }
   export_ctx *x = calloc(1, sizeof *x);
   if (!x || !(x->buf = malloc(CHUNK))) {
     free(x);
+    free(src);
     srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory for an export");
     return;
   }
+  x->src = src;
   x->fd = -1;
   x->c = c;
   x->d = d;

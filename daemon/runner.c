@@ -88,6 +88,14 @@ static int plan_apply(runner *r, spec_plan *p, eng_err *e) {
   return rc;
 }
 
+// eng_spec.note, on the runner thread.
+static void on_note(void *ctx, const char *line) {
+  runner *r = ctx;
+  runner_msg *m = msg_new(r, RUN_NOTE);
+  if (m) snprintf(m->error, sizeof m->error, "%s", line);
+  post(r, m);
+}
+
 static void run_job(runner *r) {
   spec_plan *p = &r->plan;
   eng_err e = {0};
@@ -97,6 +105,8 @@ static void run_job(runner *r) {
     return;
   }
   p->eng.cancel = &r->cancel;
+  p->eng.note = on_note;
+  p->eng.note_ctx = r;
   p->eng.spill = &st; // for the boundaries the policy spills
   eng_run *run = NULL;
   int rc = p->use_planner ? plan_apply(r, p, &e) : 0;

@@ -14,7 +14,7 @@
 #include "spec.h"
 #include "storage/store.h"
 
-typedef enum { RUN_STARTED, RUN_PLANNED, RUN_STEP, RUN_CKPT, RUN_DONE } runner_msg_kind;
+typedef enum { RUN_STARTED, RUN_PLANNED, RUN_NOTE, RUN_STEP, RUN_CKPT, RUN_DONE } runner_msg_kind;
 typedef enum { RUN_SUCCEEDED, RUN_FAILED, RUN_CANCELLED, RUN_STOPPED } runner_outcome;
 
 typedef struct runner_msg {
@@ -25,7 +25,8 @@ typedef struct runner_msg {
   int64_t step;            // RUN_STARTED: resumed from (-1: fresh); RUN_CKPT, RUN_DONE: steps done
   int64_t params;          // RUN_STARTED
   runner_outcome outcome;  // RUN_DONE
-  char error[600];         // RUN_DONE with RUN_FAILED; RUN_PLANNED: a line saying what the plan predicts
+  char error[600];         // RUN_DONE with RUN_FAILED; RUN_PLANNED: a line saying what the plan predicts;
+                           // RUN_NOTE: the engine's note (eng_spec.note), for the job's log
   char *text;              // RUN_PLANNED: the plan (JSON), for the handler to keep or free
 } runner_msg;
 

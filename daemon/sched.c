@@ -226,6 +226,7 @@ static void on_runner(runner *r, runner_msg *m, void *data) {
       if (job_save(d, j, &e)) log_err("job %s: saving its record failed: %s", j->id, e.msg);
       event_log(d, j, "%s", m->error);
       break;
+    case RUN_NOTE: event_log(d, j, "%s", m->error); break;
     case RUN_CKPT:
       j->ckpt_step = m->step;
       if (job_save(d, j, &e)) log_err("job %s: saving its record failed: %s", j->id, e.msg);

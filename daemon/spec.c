@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/hf_io.h"
+
 #define T(x) Traind__V1__##x   // types
 #define K(x) TRAIND__V1__##x   // constants
 
@@ -59,10 +61,10 @@ int spec_model_config(const T(JobSpec) *s, const val_roots *roots, eng_config *c
   }
   char *dir;
   if (val_path(s->model->hf_dir, "spec.model.hf_dir", 1, roots, &dir, e)) return -1;
-  char path[4200];
-  snprintf(path, sizeof path, "%s/config.json", dir);
+  int untied; // the runner's eng_open says so in the job's log
+  int rc = eng_hf_load_config(dir, c, &untied, &ee);
   free(dir);
-  if (eng_config_load(path, c, &ee)) return fail(e, GRPC_STATUS_INVALID_ARGUMENT, "spec.model.hf_dir", ee.msg);
+  if (rc) return fail(e, GRPC_STATUS_INVALID_ARGUMENT, "spec.model.hf_dir", ee.msg);
   return 0;
 }
 

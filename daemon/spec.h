@@ -27,8 +27,9 @@ typedef struct spec_plan {
   uint8_t *keep;          // (eng.plan_keep points here)
 } spec_plan;
 
-// The model's configuration. hf_dir is resolved against the roots and its
-// config.json read; errors name the field (INVALID_ARGUMENT).
+// The model's configuration. hf_dir is resolved against the roots and read
+// as the engine reads it (eng_hf_load_config); errors name the field
+// (INVALID_ARGUMENT).
 int spec_model_config(const Traind__V1__JobSpec *s, const val_roots *roots, eng_config *c, val_err *e);
 
 // Builds the plan for config c; with roots != NULL the paths are resolved

@@ -90,15 +90,15 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
-// The spec's model config: from model_dir/config.json, or the spec's own.
-static int spec_config(const eng_spec *spec, eng_config *cfg, eng_err *e) {
+// The spec's model config: model_dir's, or the spec's own. *untied: the
+// directory's config ties a head that its weights hold distinct.
+static int spec_config(const eng_spec *spec, eng_config *cfg, int *untied, eng_err *e) {
+  *untied = 0;
   if (!spec->model_dir) {
     *cfg = spec->config;
     return eng_config_validate(cfg, "spec", e);
   }
-  char path[4096];
-  snprintf(path, sizeof path, "%s/config.json", spec->model_dir);
-  return eng_config_load(path, cfg, e);
+  return eng_hf_load_config(spec->model_dir, cfg, untied, e);
 }
 
 static eng_exec_policy spec_policy(const eng_spec *s) {
@@ -127,8 +127,9 @@ static int spec_tiers(const eng_spec *s, const eng_config *cfg, eng_exec_tiers *
 
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
   eng_config cfg;
+  int untied;
   int rc = spec_validate(spec, e);
-  if (!rc) rc = spec_config(spec, &cfg, e);
+  if (!rc) rc = spec_config(spec, &cfg, &untied, e);
   if (rc) return rc;
   eng_exec_tiers t;
   if ((rc = spec_tiers(spec, &cfg, &t, e))) return rc;
@@ -162,10 +163,20 @@ int eng_cpu_gemm_route(const char **name, const char **blas_core, eng_err *e) {
 
 int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   eng_config cfg;
+  int untied;
   int rc = eng_cpu_gemm_route(NULL, NULL, e);
   if (!rc) rc = spec_validate(spec, e);
-  if (!rc) rc = spec_config(spec, &cfg, e);
+  if (!rc) rc = spec_config(spec, &cfg, &untied, e);
   if (rc) return rc;
+  if (untied && spec->note) {
+    char line[4400];
+    snprintf(line, sizeof line,
+             "%s: config.json ties lm_head.weight to the embedding (tie_word_embeddings true), "
+             "but the weights hold an lm_head.weight that differs from it; the model is loaded "
+             "untied with that head, as transformers loads it",
+             spec->model_dir);
+    spec->note(spec->note_ctx, line);
+  }
 
   // Refuse a cap that cannot hold the step before any model memory exists
   // (a GPU's cap of 0, all it has free, is known once it is open).
@@ -496,7 +507,7 @@ int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e) {
   eng_exec_quiesce(r->exec);
   const float *ws[r->model.lo.n_shards];
   for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;
-  return eng_hf_save(dir, &r->model.cfg, &r->model.lo, ws, bf16, 0, e);
+  return eng_hf_save(dir, &r->model.cfg, &r->model.lo, ws, bf16, 0, r->model_dir, e);
 }
 
 int64_t eng_steps_done(const eng_run *r) { return r->step; }

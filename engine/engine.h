@@ -50,9 +50,15 @@ typedef struct eng_metrics {
 // Called after each step (and after each evaluation); return nonzero to cancel.
 typedef int (*eng_progress_fn)(void *ctx, const eng_metrics *m);
 
+// Called with one sentence about the input that the caller should pass on
+// (a log line): something the engine does differently from what a file
+// says, where transformers does the same, and that is no error.
+typedef void (*eng_note_fn)(void *ctx, const char *line);
+
 typedef struct eng_spec {
-  // Model: a Hugging Face directory (config.json + safetensors), or random
-  // init from `config` (all fields set) when model_dir is NULL.
+  // Model: a Hugging Face directory (config.json + safetensors), read as
+  // eng_hf_load_config does (model/hf_io.h), or random init from `config`
+  // (all fields set) when model_dir is NULL.
   const char *model_dir;
   eng_config config;
   uint64_t seed;          // init, data order
@@ -104,6 +110,8 @@ typedef struct eng_spec {
 
   eng_progress_fn progress; // optional
   void *progress_ctx;
+  eng_note_fn note;         // optional; called from eng_open
+  void *note_ctx;
   volatile int *cancel;     // optional; polled once per layer
 } eng_spec;
 
@@ -137,6 +145,8 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e);
 // Loads the newest checkpoint of st (returns 1 when there is none).
 int eng_load(eng_run *r, const eng_store *st, eng_err *e);
 // Writes the model as a Hugging Face directory (fp32, or bf16 when bf16 != 0).
+// A run opened from a model_dir keeps that directory's token ids and copies
+// its tokenizer and generation files (eng_hf_save's src_dir).
 int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e);
 
 // ---- the cpu's matrix products ------------------------------------------------

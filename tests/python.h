@@ -33,8 +33,18 @@ static inline int py_run(const char *fmt, ...) {
 // transformers loads the exported model directory dir and must compute the
 // logits that ref (input_ids, logits: the engine's) holds, to 1e-4.
 static inline void py_check_hf_export(const char *dir, const char *ref) {
+  fflush(stdout);
   int rc = py_run("%s/tests/ref/check_hf_export.py %s %s", TRAIND_SOURCE_DIR, dir, ref);
   CHECK(rc == 0, "tests/ref/check_hf_export.py %s: exit %d (its reason is printed above)", dir, rc);
+}
+
+// transformers and tokenizers load the export dir of a model from directory
+// source: its tokenizer files came along, its token ids are source's, and it
+// generates (tests/ref/check_export_tokenizer.py).
+static inline void py_check_export_tokenizer(const char *dir, const char *source) {
+  fflush(stdout);
+  int rc = py_run("%s/tests/ref/check_export_tokenizer.py %s %s", TRAIND_SOURCE_DIR, dir, source);
+  CHECK(rc == 0, "tests/ref/check_export_tokenizer.py %s: exit %d (its reason is printed above)", dir, rc);
 }
 
 #endif

@@ -6,7 +6,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int eng_afile_open(eng_afile *f, const char *path, eng_err *e) {
@@ -87,4 +89,38 @@ int eng_afile_write_all(const char *path, const void *buf, size_t n, eng_err *e)
     return rc;
   }
   return eng_afile_commit(&f, e);
+}
+
+int eng_afile_copy(const char *from, const char *path, eng_err *e) {
+  int fd = open(from, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return 1;
+  if (fd < 0) return eng_err_set(e, ENG_EIO, "%s: cannot open: %s", from, strerror(errno));
+  enum { CHUNK = 1 << 20 };
+  struct stat st;
+  char *buf = NULL;
+  int rc = ENG_OK;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    rc = eng_err_set(e, ENG_EIO, "%s: not a regular file", from);
+  else if (!(buf = malloc(CHUNK)))
+    rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory to copy it", from);
+  eng_afile f;
+  if (!rc) rc = eng_afile_open(&f, path, e);
+  if (rc) {
+    free(buf);
+    close(fd);
+    return rc;
+  }
+  for (;;) {
+    ssize_t n = read(fd, buf, CHUNK);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) rc = eng_err_set(e, ENG_EIO, "%s: read failed: %s", from, strerror(errno));
+    if (n <= 0 || (rc = eng_afile_write(&f, buf, (size_t)n, e))) break;
+  }
+  if (rc)
+    eng_afile_abort(&f);
+  else
+    rc = eng_afile_commit(&f, e);
+  free(buf);
+  close(fd);
+  return rc;
 }

@@ -31,4 +31,9 @@ void eng_afile_abort(eng_afile *f);
 // The whole sequence for content already in memory.
 int eng_afile_write_all(const char *path, const void *buf, size_t n, eng_err *e);
 
+// The whole sequence for the content of the regular file from (a link to one
+// is followed, as in the Hugging Face cache). Returns 1, writing nothing,
+// when from does not exist.
+int eng_afile_copy(const char *from, const char *path, eng_err *e);
+
 #endif

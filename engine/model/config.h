@@ -29,12 +29,18 @@ typedef struct eng_config {
 // Fills c from a Hugging Face config.json. Unknown architectures, missing
 // required fields and features the engine does not implement (rope_scaling,
 // sliding-window attention, MoE, attention/MLP bias on Llama, non-silu
-// activations) are refused with an error naming the file and the field.
+// activations) are refused with an error naming the file and the field, as
+// are token ids (bos_token_id, eos_token_id, pad_token_id) that are not an
+// integer or null (eos_token_id: or a list of integers).
 int eng_config_load(const char *path, eng_config *c, eng_err *e);
 
 // Writes c as a config.json that transformers loads (architectures,
 // model_type, torch_dtype = dtype_name, e.g. "float32" or "bfloat16").
-int eng_config_save(const eng_config *c, const char *path, const char *dtype_name, eng_err *e);
+// ids_from, when not NULL, is the config.json the model came from: its
+// token ids (bos_token_id, eos_token_id, pad_token_id) are written as they
+// are there, since eng_config does not hold them.
+int eng_config_save(const eng_config *c, const char *path, const char *dtype_name,
+                    const char *ids_from, eng_err *e);
 
 // Checks internal consistency (positive sizes, heads divisible by kv heads).
 // `what` names the source in the message (a path or "spec").

@@ -236,6 +236,38 @@ static int refuse_unsupported(const json_t *root, const char *path, eng_arch arc
   return ENG_OK;
 }
 
+// ---- token ids ---------------------------------------------------------------
+
+// The token ids a model's config.json names, which transformers' generate
+// reads (generation_config.json repeats them) and which an export keeps.
+static const char *const token_id_fields[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+enum { N_TOKEN_ID_FIELDS = sizeof token_id_fields / sizeof token_id_fields[0] };
+
+// An integer or null; eos_token_id may also be a list of integers (Llama 3
+// and Qwen end a turn on several tokens). Values are kept as they are: some
+// checkpoints name ids past the vocabulary, or -1 for none.
+static int check_token_id(const json_t *root, const char *path, const char *key, eng_err *e) {
+  const json_t *v = json_object_get(root, key);
+  const int list_ok = strcmp(key, "eos_token_id") == 0;
+  const char *want = list_ok ? "an integer, a list of integers or null" : "an integer or null";
+  if (!v || json_is_null(v) || json_is_integer(v)) return ENG_OK;
+  if (!list_ok || !json_is_array(v)) return wrong_type(path, key, want, v, e);
+  size_t i;
+  const json_t *id;
+  json_array_foreach(v, i, id) {
+    if (!json_is_integer(id)) return wrong_type(path, key, want, id, e);
+  }
+  return ENG_OK;
+}
+
+static int check_token_ids(const json_t *root, const char *path, eng_err *e) {
+  for (int i = 0; i < N_TOKEN_ID_FIELDS; i++) {
+    int rc = check_token_id(root, path, token_id_fields[i], e);
+    if (rc) return rc;
+  }
+  return ENG_OK;
+}
+
 // ---- load --------------------------------------------------------------------
 
 static int parse(const json_t *root, const char *path, eng_config *c, eng_err *e) {
@@ -277,22 +309,35 @@ static int parse(const json_t *root, const char *path, eng_config *c, eng_err *e
   if (!rc) rc = get_float(root, path, "rms_norm_eps", &c->rms_eps, e);
   if (!rc) rc = get_float(root, path, "initializer_range", &c->init_std, e);
   if (!rc) rc = get_bool(root, path, "tie_word_embeddings", &c->tie_embeddings, e);
+  // An export writes them back, so a bad one is refused before training.
+  if (!rc) rc = check_token_ids(root, path, e);
   if (!rc) rc = eng_config_validate(c, path, e);
   return rc;
 }
 
-int eng_config_load(const char *path, eng_config *c, eng_err *e) {
+// The JSON object of a config.json file, for the caller to release.
+static int load_object(const char *path, json_t **root, eng_err *e) {
   json_error_t jerr;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) {
+  *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  if (!*root) {
     if (json_error_code(&jerr) == json_error_cannot_open_file)
       return eng_err_set(e, ENG_EIO, "%s: %s", path, jerr.text);
     return eng_err_set(e, ENG_EINVAL, "%s: not valid JSON (line %d, column %d): %s", path,
                        jerr.line, jerr.column, jerr.text);
   }
-  int rc = json_is_object(root) ? parse(root, path, c, e)
-                                : eng_err_set(e, ENG_EINVAL, "%s: must hold a JSON object, not %s",
-                                              path, eng_json_kind(root));
+  if (json_is_object(*root)) return ENG_OK;
+  int rc = eng_err_set(e, ENG_EINVAL, "%s: must hold a JSON object, not %s", path,
+                       eng_json_kind(*root));
+  json_decref(*root);
+  *root = NULL;
+  return rc;
+}
+
+int eng_config_load(const char *path, eng_config *c, eng_err *e) {
+  json_t *root;
+  int rc = load_object(path, &root, e);
+  if (rc) return rc;
+  rc = parse(root, path, c, e);
   json_decref(root);
   return rc;
 }
@@ -382,10 +427,31 @@ static json_t *json_float(float f) {
 
 static int set(json_t *obj, const char *key, json_t *v) { return json_object_set_new(obj, key, v); }
 
-int eng_config_save(const eng_config *c, const char *path, const char *dtype_name, eng_err *e) {
+// Sets o's token-id fields to those of the config.json at ids_from.
+static int copy_token_ids(json_t *o, const char *ids_from, eng_err *e) {
+  json_t *src;
+  int rc = load_object(ids_from, &src, e);
+  if (!rc) rc = check_token_ids(src, ids_from, e);
+  for (int i = 0; !rc && i < N_TOKEN_ID_FIELDS; i++) {
+    json_t *v = json_object_get(src, token_id_fields[i]);
+    if (v && json_object_set(o, token_id_fields[i], v))
+      rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory copying its token ids", ids_from);
+  }
+  json_decref(src);
+  return rc;
+}
+
+int eng_config_save(const eng_config *c, const char *path, const char *dtype_name,
+                    const char *ids_from, eng_err *e) {
   int rc = eng_config_validate(c, path, e);
   if (rc) return rc;
   json_t *o = json_object(), *arch_list = json_array(), *rope = json_object();
+  if (o && ids_from && (rc = copy_token_ids(o, ids_from, e))) {
+    json_decref(o);
+    json_decref(arch_list);
+    json_decref(rope);
+    return rc;
+  }
   int bad = !o || !arch_list || !rope;
   bad |= json_array_append_new(arch_list, json_string(archs[c->arch].architecture));
   bad |= set(o, "architectures", arch_list);

@@ -47,13 +47,13 @@ typedef struct loader {
   float *const *shards;
   unsigned char *seen; // one flag per slot
   const char *source;  // the file that should have held a missing tensor
+  int tied_head;       // the layout ties lm_head and a file holds one all the same
 } loader;
 
-static int ignorable(const eng_layout *lo, const char *name) {
+static int rotary_table(const char *name) {
   static const char suffix[] = ".rotary_emb.inv_freq";
   size_t n = strlen(name), k = sizeof suffix - 1;
-  if (n >= k && strcmp(name + n - k, suffix) == 0) return 1;
-  return lo->lm_head.numel == 0 && strcmp(name, lo->lm_head.name) == 0;
+  return n >= k && strcmp(name + n - k, suffix) == 0;
 }
 
 static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
@@ -69,7 +69,12 @@ static int load_tensor(loader *L, const eng_st_file *f, const eng_st_tensor *st,
   // eng_layout_find reads the layer number leniently ("01" is layer 1); only
   // the exact Hugging Face spelling counts, so no tensor can land twice.
   if (eng_layout_find(L->lo, st->name, &shard, &t) != 0 || strcmp(t.name, st->name) != 0) {
-    if (ignorable(L->lo, st->name)) return ENG_OK;
+    if (rotary_table(st->name)) return ENG_OK;
+    // Compared with the embedding once every file is read (check_tied_head).
+    if (L->lo->lm_head.numel == 0 && strcmp(st->name, L->lo->lm_head.name) == 0) {
+      L->tied_head = 1;
+      return ENG_OK;
+    }
     return eng_err_set(e, ENG_EINVAL,
                        "%s: tensor \"%s\" is not a parameter of the model described by config.json",
                        f->path, st->name);
@@ -115,6 +120,19 @@ static int check_complete(const loader *L, eng_err *e) {
   format_shape(shape, sizeof shape, m.t.cols ? 2 : 1, dims);
   return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" (shape %s) is missing", L->source, m.t.name,
                      shape);
+}
+
+// The layout ties the head to the embedding, so a stored head may only be a
+// copy of it: another one would be dropped, which loading must never do.
+static int check_tied_head(const loader *L, const char *dir, eng_err *e) {
+  int distinct = 0;
+  int rc = L->tied_head ? eng_hf_head_distinct(dir, &distinct, e) : ENG_OK;
+  if (!rc && distinct)
+    rc = eng_err_set(e, ENG_EINVAL,
+                     "%s: tensor \"%s\" differs from the embedding, but the configuration it is "
+                     "loaded with ties the two; load it untied (eng_hf_load_config)",
+                     dir, L->lo->lm_head.name);
+  return rc;
 }
 
 static int load_single(loader *L, const char *path, eng_err *e) {
@@ -163,24 +181,31 @@ static int load_shard(loader *L, const char *dir, const char *index, const json_
   return rc;
 }
 
-static int load_sharded(loader *L, const char *dir, const char *index, eng_err *e) {
+// Reads an index and checks every entry of its weight map; *root is the
+// parsed file, for the caller to release, and *map its weight map.
+static int load_index(const char *index, json_t **root, const json_t **map, eng_err *e) {
   json_error_t jerr;
-  json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root)
+  *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
+  if (!*root)
     return eng_err_set(e,
                        json_error_code(&jerr) == json_error_cannot_open_file ? ENG_EIO : ENG_EINVAL,
                        "%s: %s (line %d)", index, jerr.text, jerr.line);
-  const json_t *map = json_object_get(root, "weight_map");
-  int rc = ENG_OK;
-  if (!json_is_object(root) || !json_is_object(map))
-    rc = eng_err_set(e, ENG_EINVAL, "%s: field \"weight_map\" must be an object", index);
+  *map = json_object_get(*root, "weight_map");
+  if (!json_is_object(*root) || !json_is_object(*map))
+    return eng_err_set(e, ENG_EINVAL, "%s: field \"weight_map\" must be an object", index);
   const char *name;
   const json_t *v;
-  if (!rc) {
-    json_object_foreach((json_t *)map, name, v) {
-      if ((rc = check_shard_name(index, name, v, e))) break;
-    }
+  json_object_foreach((json_t *)*map, name, v) {
+    int rc = check_shard_name(index, name, v, e);
+    if (rc) return rc;
   }
+  return ENG_OK;
+}
+
+static int load_sharded(loader *L, const char *dir, const char *index, eng_err *e) {
+  json_t *root;
+  const json_t *map;
+  int rc = load_index(index, &root, &map, e);
   // Each file once, in order of first mention; the number of shard files is
   // small, so finding earlier mentions by a scan is cheap.
   if (!rc) {
@@ -198,19 +223,57 @@ static int load_sharded(loader *L, const char *dir, const char *index, eng_err *
   return rc;
 }
 
+// The weight files of dir: model.safetensors when it exists (as transformers
+// reads it), else the index.
+static int weight_paths(const char *dir, char single[static 4096], char index[static 4096],
+                        int *sharded, eng_err *e) {
+  int rc = join(single, 4096, dir, SINGLE_NAME, e);
+  if (!rc) rc = join(index, 4096, dir, INDEX_NAME, e);
+  if (rc) return rc;
+  *sharded = !exists(single) && exists(index);
+  if (!*sharded && !exists(single))
+    return eng_err_set(e, ENG_EIO, "%s: holds neither %s nor %s", dir, SINGLE_NAME, INDEX_NAME);
+  return ENG_OK;
+}
+
+int eng_hf_open_tensor(const char *dir, const char *name, eng_st_file *f, const eng_st_tensor **t,
+                       eng_err *e) {
+  char single[4096], index[4096], path[4096];
+  int sharded;
+  memset(f, 0, sizeof *f);
+  *t = NULL;
+  int rc = weight_paths(dir, single, index, &sharded, e);
+  if (rc) return rc;
+  if (!sharded) {
+    rc = eng_st_open(f, single, e);
+    if (!rc) *t = eng_st_find(f, name);
+    return rc;
+  }
+  json_t *root;
+  const json_t *map;
+  rc = load_index(index, &root, &map, e);
+  const json_t *file = rc ? NULL : json_object_get(map, name);
+  if (file) rc = join(path, sizeof path, dir, json_string_value(file), e);
+  if (file && !rc) rc = eng_st_open(f, path, e);
+  if (file && !rc && !(*t = eng_st_find(f, name)))
+    rc = eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" is not in this file, where %s places it",
+                     path, name, index);
+  json_decref(root);
+  if (rc) eng_st_close(f);
+  return rc;
+}
+
 int eng_hf_load_weights(const char *dir, const eng_layout *lo, float *const *shards, eng_err *e) {
   char single[4096], index[4096];
-  int rc = join(single, sizeof single, dir, SINGLE_NAME, e);
-  if (!rc) rc = join(index, sizeof index, dir, INDEX_NAME, e);
+  int sharded;
+  int rc = weight_paths(dir, single, index, &sharded, e);
   if (rc) return rc;
-  const int sharded = !exists(single) && exists(index);
-  if (!sharded && !exists(single))
-    return eng_err_set(e, ENG_EIO, "%s: holds neither %s nor %s", dir, SINGLE_NAME, INDEX_NAME);
   loader L = {.lo = lo, .shards = shards, .source = sharded ? index : single};
   L.seen = calloc(3 + (size_t)lo->n_layers * ENG_P_LAYER_COUNT, 1);
   if (!L.seen) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
   rc = sharded ? load_sharded(&L, dir, index, e) : load_single(&L, single, e);
   if (!rc) rc = check_complete(&L, e);
+  if (!rc) rc = check_tied_head(&L, dir, e);
   free(L.seen);
   return rc;
 }
@@ -335,8 +398,29 @@ static int write_single(const char *dir, const item *items, int n, eng_err *e) {
   return rc;
 }
 
+// The files of a model directory that are not the model: the tokenizer in
+// each form transformers reads, and the generation defaults. The engine
+// never reads them, but without them an export is a model nobody can prompt.
+static const char *const side_files[] = {
+    "tokenizer.json",    "tokenizer_config.json",  "special_tokens_map.json",
+    "vocab.json",        "merges.txt",             "tokenizer.model",
+    "added_tokens.json", "generation_config.json", "chat_template.jinja",
+};
+
+static int copy_side_files(const char *src, const char *dir, eng_err *e) {
+  char from[4096], to[4096];
+  for (size_t i = 0; i < sizeof side_files / sizeof side_files[0]; i++) {
+    int rc = join(from, sizeof from, src, side_files[i], e);
+    if (!rc) rc = join(to, sizeof to, dir, side_files[i], e);
+    if (!rc) rc = eng_afile_copy(from, to, e);
+    if (rc < 0) return rc; // 1: the source has no such file
+  }
+  return ENG_OK;
+}
+
 int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
-                const float *const *shards, int bf16, size_t max_shard_bytes, eng_err *e) {
+                const float *const *shards, int bf16, size_t max_shard_bytes, const char *src_dir,
+                eng_err *e) {
   int rc = eng_config_validate(c, dir, e);
   if (rc) return rc;
   eng_layout want;
@@ -358,8 +442,10 @@ int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
            ? write_single(dir, col.items, col.n, e)
            : write_sharded(dir, col.items, col.n, max_shard_bytes, e);
   free(col.items);
-  char path[4096];
+  if (!rc && src_dir) rc = copy_side_files(src_dir, dir, e);
+  char path[4096], ids_from[4096];
   if (!rc) rc = join(path, sizeof path, dir, "config.json", e);
-  if (!rc) rc = eng_config_save(c, path, bf16 ? "bfloat16" : "float32", e);
+  if (!rc && src_dir) rc = join(ids_from, sizeof ids_from, src_dir, "config.json", e);
+  if (!rc) rc = eng_config_save(c, path, bf16 ? "bfloat16" : "float32", src_dir ? ids_from : NULL, e);
   return rc;
 }

@@ -99,6 +99,11 @@ static int on_progress(void *ctx, const eng_metrics *m) {
   return 0;
 }
 
+static void on_note(void *ctx, const char *line) {
+  (void)ctx;
+  fprintf(stderr, "traind-train: note: %s\n", line);
+}
+
 int main(int argc, char **argv) {
   eng_spec s;
   eng_spec_defaults(&s);
@@ -204,6 +209,7 @@ int main(int argc, char **argv) {
   s.total_steps = steps;
   s.progress = on_progress;
   s.progress_ctx = &o;
+  s.note = on_note;
 
   eng_err e = {0};
   eng_run *r = NULL;

@@ -49,8 +49,8 @@ static void check_in_transformers(const char *dir, const int32_t *ids, const flo
 
 int main(void) {
   tmp_make();
-  const char *fixtures[] = {"llama_tied", "qwen2", "qwen3"};
-  for (int f = 0; f < 3; f++) {
+  const char *fixtures[] = {"llama_tied", "qwen2", "qwen3", "qwen3_tied_head"};
+  for (int f = 0; f < 4; f++) {
     eng_st_file ref;
     fx_open(&ref, fixtures[f]);
     int32_t *ids = fx_i32(&ref, "input_ids", NULL);

@@ -5,7 +5,8 @@ Each fixture is a tiny randomly initialised Hugging Face model saved the way
 transformers saves it (config.json + model.safetensors), plus ref.safetensors with
 the logits, loss, gradients and a 10-step AdamW trajectory that transformers and
 torch compute for it, and ref.json with every hyperparameter the C test needs.
-The C tests read these files and never import torch.
+The C tests read these files and never import torch. One more fixture, llama_tok,
+is a model directory with a real tokenizer, the source of the export tests.
 
 Everything is seeded and runs on one CPU thread in fp32 with eager attention, so a
 rerun on the same machine (and the same torch/transformers) rewrites identical
@@ -19,12 +20,15 @@ import os
 import shutil
 import sys
 
+import tokenizers
 import torch
 import transformers
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
+    PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -59,7 +63,12 @@ MODELS = {
     # catches code that assumes the two are equal.
     "qwen3": (Qwen3Config, Qwen3ForCausalLM,
               dict(tie_word_embeddings=False, rope_theta=1000000.0, head_dim=32), 1003),
+    # tie_word_embeddings true, yet the file holds an lm_head.weight of its own
+    # (add_distinct_head): transformers warns and loads the two untied.
+    "qwen3_tied_head": (Qwen3Config, Qwen3ForCausalLM,
+                        dict(tie_word_embeddings=True, rope_theta=1000000.0, head_dim=32), 1004),
 }
+DISTINCT_HEAD = {"qwen3_tied_head"}
 
 BATCH = dict(B=2, T=64, ignore_index=-100, masked_prefix_row0=10, masked_fraction=0.1)
 
@@ -78,6 +87,7 @@ ADAMW = dict(
 # does not shift another (the weights).
 SEED_BATCH_OFFSET = 100   # batch seed = model seed + 100
 SEED_PERTURB_OFFSET = 200  # perturbation seed = model seed + 200
+SEED_HEAD_OFFSET = 300     # distinct head seed = model seed + 300
 
 
 def lr_at(step):
@@ -109,6 +119,19 @@ def perturb(model, seed):
             else:
                 assert "norm" in name, f"unexpected 1-d parameter {name}"
                 p.mul_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+
+
+def add_distinct_head(fdir, seed):
+    """Writes an lm_head.weight unlike the embedding into a tied model's file, as
+    checkpoints exported by some tools have it."""
+    path = os.path.join(fdir, "model.safetensors")
+    tensors = load_file(path)
+    assert "lm_head.weight" not in tensors, "save_pretrained stores a tied head once"
+    shape = tensors["model.embed_tokens.weight"].shape
+    g = torch.Generator().manual_seed(seed)
+    tensors["lm_head.weight"] = COMMON["initializer_range"] * torch.randn(shape, generator=g)
+    save_file(tensors, path, metadata={"format": "pt"})
+    return tensors["lm_head.weight"]
 
 
 def make_batch(seed):
@@ -177,9 +200,14 @@ def gen_fp32_fixture(out, name):
     model = model_cls(make_config(name))
     perturb(model, seed + SEED_PERTURB_OFFSET)
     model.save_pretrained(fdir, safe_serialization=True)
+    head = add_distinct_head(fdir, seed + SEED_HEAD_OFFSET) if name in DISTINCT_HEAD else None
 
     # Work from what was saved, so the reference is exactly the files a C test loads.
     model = load_fp32(fdir)
+    if head is not None:
+        # What the C test holds the engine to: transformers keeps the file's head.
+        assert model.lm_head.weight is not model.model.embed_tokens.weight
+        assert torch.equal(model.lm_head.weight, head), "transformers did not load the file's head"
     model.train()  # dropout is 0, so train mode only matters for being honest
     input_ids, labels = make_batch(seed + SEED_BATCH_OFFSET)
 
@@ -243,6 +271,10 @@ def gen_fp32_fixture(out, name):
         },
         "tensors": sorted(tensors),
     }
+    if head is not None:
+        meta["lm_head"] = ("config.json ties it (tie_word_embeddings true), but model.safetensors "
+                           "holds an lm_head.weight of its own, initializer_range*randn from seed "
+                           f"{seed + SEED_HEAD_OFFSET}; transformers loads it untied with that head")
     with open(os.path.join(fdir, "ref.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -295,6 +327,58 @@ def gen_bf16_fixture(out, src_name, name):
         f.write("\n")
 
 
+# A model directory as users have them: a small Llama with a real byte-level
+# BPE tokenizer trained on the demo text, bos/eos/pad token ids (eos a list,
+# as Llama 3 and Qwen have it) and the files save_pretrained writes for both.
+TOKENIZER = dict(vocab_size=384, text="data/demo/licenses.txt",
+                 special_tokens=["<pad>", "<s>", "</s>", "<|im_end|>"],
+                 chat_template="{% for m in messages %}{{ m['content'] }}<|im_end|>{% endfor %}")
+TOK_MODEL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                 intermediate_size=64, max_position_embeddings=128, rms_norm_eps=1e-6,
+                 tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=[2, 3])
+TOK_SEED = 1005
+
+
+def gen_tokenizer_fixture(out, name):
+    fdir = os.path.join(out, name)
+    fresh_dir(fdir)
+    with open(os.path.join(HERE, "..", "..", TOKENIZER["text"]), encoding="utf-8") as f:
+        text = f.read()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=TOKENIZER["vocab_size"],
+                                  special_tokens=TOKENIZER["special_tokens"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator([text], trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>")
+    fast.chat_template = TOKENIZER["chat_template"]
+    fast.save_pretrained(fdir)
+    # The special tokens' ids must be the ones config.json names.
+    assert [fast.pad_token_id, fast.bos_token_id, fast.eos_token_id] == [0, 1, 2]
+
+    torch.manual_seed(TOK_SEED)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), **TOK_MODEL,
+                                         attn_implementation="eager"))
+    model.save_pretrained(fdir, safe_serialization=True)
+    meta = {
+        "fixture": name,
+        "generated_by": "tests/ref/gen_fixtures.py",
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "tokenizers_version": tokenizers.__version__,
+        "seeds": {"model_init": TOK_SEED},
+        "tokenizer": {k: v for k, v in TOKENIZER.items() if k != "chat_template"},
+        "model": {"class": "LlamaForCausalLM", **TOK_MODEL},
+        "use": "a source directory for exports: its tokenizer files and token ids must survive",
+    }
+    with open(os.path.join(fdir, "ref.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def report(out, names):
     total = 0
     for name in names:
@@ -324,7 +408,8 @@ def main():
     for name in MODELS:
         gen_fp32_fixture(args.out, name)
     gen_bf16_fixture(args.out, "qwen3", "qwen3_bf16")
-    report(args.out, list(MODELS) + ["qwen3_bf16"])
+    gen_tokenizer_fixture(args.out, "llama_tok")
+    report(args.out, list(MODELS) + ["qwen3_bf16", "llama_tok"])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // config.json: save/load round trips for Llama, Qwen2 and Qwen3; the defaults
 // transformers applies; both ways of writing the RoPE base; every refusal,
-// each naming the file and the field; and every fixture's config.json loads.
+// each naming the file and the field; token ids carried from a source
+// config; and every fixture's config.json loads.
 #define _XOPEN_SOURCE 700
 
 #include <dirent.h>
@@ -116,7 +117,7 @@ static void test_roundtrip(void) {
   };
   for (int i = 0; i < 3; i++) {
     eng_err e = {0};
-    CHECK_OK(eng_config_save(&cs[i], cfg_path, i == 2 ? "bfloat16" : "float32", &e), &e);
+    CHECK_OK(eng_config_save(&cs[i], cfg_path, i == 2 ? "bfloat16" : "float32", NULL, &e), &e);
     eng_config back;
     CHECK_OK(eng_config_load(cfg_path, &back, &e), &e);
     CHECK(memcmp(&back, &cs[i], sizeof back) == 0, "%s config does not round-trip",
@@ -354,9 +355,59 @@ static void test_validate_and_save_refusal(void) {
   CHECK(eng_config_validate(&c, "spec", &e) == ENG_EINVAL && strstr(e.msg, "\"intermediate_size\""),
         "%s", e.msg);
   const char *path = tmp_path("refused.json");
-  CHECK(eng_config_save(&c, path, "float32", &e) == ENG_EINVAL && strstr(e.msg, path), "%s", e.msg);
+  CHECK(eng_config_save(&c, path, "float32", NULL, &e) == ENG_EINVAL && strstr(e.msg, path), "%s", e.msg);
   struct stat st;
   CHECK(stat(path, &st) != 0, "a refused config was written");
+}
+
+// Token ids: an integer or null (eos_token_id also a list of integers)
+// loads, anything else is refused by name; a save from a source config
+// writes the source's ids as they are there, and no others.
+static void test_token_ids(void) {
+  json_t *o = base(ENG_ARCH_QWEN3);
+  put(o, "bos_token_id", json_integer(1));
+  put(o, "eos_token_id", json_pack("[i,i]", 2, 151645));
+  put(o, "pad_token_id", json_integer(-1));
+  const char *src = tmp_path("ids_src.json"), *out = tmp_path("ids_out.json");
+  CHECK(json_dump_file(o, src, 0) == 0, "cannot write %s", src);
+  eng_config c = load_ok(json_deep_copy(o));
+  eng_err e = {0};
+  CHECK_OK(eng_config_save(&c, out, "float32", src, &e), &e);
+  json_error_t jerr;
+  json_t *saved = json_load_file(out, 0, &jerr);
+  CHECK(saved, "%s: %s", out, jerr.text);
+  const char *keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+  for (int i = 0; i < 3; i++)
+    CHECK(json_equal(json_object_get(saved, keys[i]), json_object_get(o, keys[i])),
+          "%s not kept", keys[i]);
+  json_decref(saved);
+
+  // Absent in the source: absent in the copy (transformers reads None).
+  json_object_del(o, "bos_token_id");
+  CHECK(json_dump_file(o, src, 0) == 0, "cannot write %s", src);
+  CHECK_OK(eng_config_save(&c, out, "float32", src, &e), &e);
+  saved = json_load_file(out, 0, &jerr);
+  CHECK(saved && !json_object_get(saved, "bos_token_id"), "bos_token_id invented");
+  json_decref(saved);
+  json_decref(o);
+
+  o = base(ENG_ARCH_LLAMA);
+  put(o, "eos_token_id", json_pack("[i,s]", 2, "3"));
+  refused(o, ENG_EINVAL, "eos_token_id");
+  o = base(ENG_ARCH_LLAMA);
+  put(o, "bos_token_id", json_pack("[i]", 1)); // only eos may be a list
+  refused(o, ENG_EINVAL, "bos_token_id");
+  o = base(ENG_ARCH_QWEN2);
+  put(o, "pad_token_id", json_string("0"));
+  refused(o, ENG_EINVAL, "pad_token_id");
+
+  // A source that went bad after the load: the save names it.
+  o = json_pack("{s:s}", "eos_token_id", "x");
+  CHECK(o && json_dump_file(o, src, 0) == 0, "cannot write %s", src);
+  json_decref(o);
+  CHECK(eng_config_save(&c, out, "float32", src, &e) == ENG_EINVAL && strstr(e.msg, src) &&
+            strstr(e.msg, "\"eos_token_id\""),
+        "%s", e.msg);
 }
 
 // Every fixture that tests/ref/gen_fixtures.py wrote with transformers loads.
@@ -390,6 +441,7 @@ int main(void) {
   test_defaults();
   test_refusals();
   test_validate_and_save_refusal();
+  test_token_ids();
   test_fixtures();
   tmp_cleanup();
   printf("test_hf_config: ok\n");

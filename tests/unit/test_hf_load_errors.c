@@ -2,7 +2,8 @@
 // config.json, a non-float dtype, a missing tensor, an unknown extra tensor,
 // a truncated file, and a broken shard index. Each must fail with a message
 // that names the file and the tensor. Buffers that are not parameters (rotary
-// tables) and a tied lm_head are ignored.
+// tables) and an lm_head that a tied config stores as a copy of the embedding
+// are ignored; a tied config's lm_head of its own is never dropped.
 #define _XOPEN_SOURCE 700
 
 #include <jansson.h>
@@ -170,18 +171,52 @@ static void test_extra(void) {
   CHECK_OK(eng_hf_load_weights(write_model("inv_freq", &m), &lo, r, &e), &e);
 }
 
-// With tied embeddings a stored lm_head.weight is ignored, as transformers
-// does; without it the model still loads.
+// A tied config whose file holds an lm_head.weight too. A copy of the
+// embedding loads tied (transformers ties it too); a head of its own unties
+// the config (eng_hf_load_config, as transformers does) and is refused by a
+// loader given the tied layout, which would drop it: in one file and in
+// shards that put head and embedding in different files.
 static void test_tied(void) {
-  eng_config tied = cfg;
+  eng_config tied = cfg, got;
   tied.tie_embeddings = 1;
   eng_layout untied = lo;
   eng_layout_init(&lo, &tied);
+  eng_err e = {0};
+  char path[600];
+  int was_untied;
+
   model_src m;
   model_tensors(&m);
   add_src(&m, "lm_head.weight", 64, 32);
-  eng_err e = {0};
-  CHECK_OK(eng_hf_load_weights(write_model("tied", &m), &lo, r, &e), &e);
+  find_src(&m, "lm_head.weight")->data = w[0]; // the embedding's values
+  const char *dir = write_model("tied_copy", &m);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, &e), &e);
+  CHECK_OK(eng_hf_load_weights(dir, &lo, r, &e), &e);
+  CHECK_OK(eng_hf_load_config(dir, &got, &was_untied, &e), &e);
+  CHECK(!was_untied && got.tie_embeddings, "a copy of the embedding untied the config");
+
+  model_tensors(&m);
+  add_src(&m, "lm_head.weight", 64, 32); // a layer's values
+  dir = write_model("tied_own", &m);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, &e), &e);
+  load_fails(dir, ENG_EINVAL, "tied_own", "\"lm_head.weight\"", "differs from the embedding");
+  CHECK_OK(eng_hf_load_config(dir, &got, &was_untied, &e), &e);
+  CHECK(was_untied && !got.tie_embeddings, "a head of its own left the config tied");
+  eng_layout own;
+  eng_layout_init(&own, &got);
+  CHECK_OK(eng_hf_load_weights(dir, &own, r, &e), &e);
+  CHECK(!memcmp(r[3] + own.lm_head.off, w[1], own.lm_head.numel * sizeof(float)), "head not loaded");
+
+  // Sharded: the untied model written in small files, then its config tied.
+  dir = tmp_path("tied_sharded");
+  CHECK_OK(eng_hf_save(dir, &cfg, &untied, (const float *const *)w, 0, 20000, NULL, &e), &e);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, &e), &e);
+  load_fails(dir, ENG_EINVAL, "\"lm_head.weight\"", "differs", NULL);
+  CHECK_OK(eng_hf_load_config(dir, &got, &was_untied, &e), &e);
+  CHECK(was_untied && !got.tie_embeddings, "sharded: a head of its own left the config tied");
   lo = untied;
 }
 
@@ -209,7 +244,7 @@ static const char *sharded_with_index(const char *name, const char *fmt) {
   static char dir[512];
   snprintf(dir, sizeof dir, "%s", tmp_path(name));
   eng_err e = {0};
-  CHECK_OK(eng_hf_save(dir, &cfg, &lo, (const float *const *)w, 0, 20000, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &cfg, &lo, (const float *const *)w, 0, 20000, NULL, &e), &e);
   char path[600], text[1024];
   snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
   json_error_t jerr;

@@ -446,10 +446,10 @@ static void test_sharded_model(void) {
 
   // Single file first, then sharded into the same directory: the single file
   // must go, or it would shadow the shards.
-  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, 0, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, 0, NULL, &e), &e);
   CHECK(exists(tmp_path("model/model.safetensors")), "no model.safetensors");
   const size_t cap = 20000; // bytes: the embedding (12288) alone, layers ~2 per file
-  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, cap, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, cap, NULL, &e), &e);
   CHECK(!exists(tmp_path("model/model.safetensors")), "stale model.safetensors kept");
   CHECK(exists(tmp_path("model/config.json")), "no config.json");
 
@@ -491,10 +491,10 @@ static void test_sharded_model(void) {
   check_same(&lo, w, r, 0);
 
   // bf16, sharded, then back to a single file: the index must go.
-  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 1, cap, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 1, cap, NULL, &e), &e);
   CHECK_OK(eng_hf_load_weights(dir, &lo, r, &e), &e);
   check_same(&lo, w, r, 1);
-  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 1, 0, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 1, 0, NULL, &e), &e);
   CHECK(!exists(tmp_path("model/model.safetensors.index.json")), "stale index kept");
   CHECK_OK(eng_hf_load_weights(dir, &lo, r, &e), &e);
   check_same(&lo, w, r, 1);
@@ -527,7 +527,7 @@ static void test_tied_save(void) {
   eng_err e = {0};
   char dir[512];
   snprintf(dir, sizeof dir, "%s", tmp_path("nested/a/b"));
-  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, 0, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, 0, NULL, &e), &e);
   eng_st_file f;
   CHECK_OK(eng_st_open(&f, tmp_path("nested/a/b/model.safetensors"), &e), &e);
   CHECK(!eng_st_find(&f, "lm_head.weight"), "tied lm_head was written");
