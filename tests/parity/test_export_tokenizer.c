@@ -10,7 +10,6 @@
 // fails: it is never skipped.
 #define _XOPEN_SOURCE 700
 #include <stdlib.h>
-#include <sys/wait.h>
 
 #include "engine.h"
 #include "fixture.h"
