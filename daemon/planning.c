@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "log.h"
 #include "plan/cost.h"
 #include "plan/planner.h"
 #include "plan/profile.h"
@@ -69,7 +70,6 @@ static int nvme_probe(planning *p, eng_err *e) {
   return rc ? eng_err_prefix(e, "calibration of the spill store: ") : 0;
 }
 
-// This machine's profile at the spec's shapes (under p->mu).
 // This machine's profile at the spec's shapes (under p->mu): calibrated
 // the first time a shape is seen and stored in <state_dir>/profiles, so a
 // restart measures nothing again; then the override file's fields.
@@ -97,6 +97,8 @@ static int profile_for(planning *p, const eng_spec *s, eng_profile *out, eng_err
       if (mkdir(dir, 0750) && errno != EEXIST)
         return eng_err_set(e, ENG_EIO, "calibration: cannot create %s: %s", dir, strerror(errno));
       rc = eng_profile_save(out, path, "calibrated by traind for one job shape", e);
+      // Seconds of measuring: the log tells a new profile from a stored one.
+      if (!rc) log_info("planning: calibrated this machine for a new job shape (%s)", path);
     }
   }
   if (!rc && p->override_file) rc = eng_profile_merge_file(out, p->override_file, e);

@@ -1,5 +1,6 @@
 #include "runner.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@ struct runner {
   runner_msg *done_msg;            // the RUN_DONE report, allocated by runner_start
   volatile int cancel;             // the engine polls it once per layer
   volatile int stop;               // with cancel: checkpoint and stop instead
+  _Atomic int64_t steps;           // the engine's steps done; -1 until the job's run is loaded
   void (*done)(void *);
   void *done_arg;
 };
@@ -114,6 +116,7 @@ static void run_job(runner *r) {
   if (!rc) {
     rc = eng_load(run, &st, &e);
     if (rc >= 0) {
+      r->steps = eng_steps_done(run); // before the loop hears of it, like every step below
       runner_msg *m = msg_new(r, RUN_STARTED);
       if (m) {
         m->step = rc == 1 ? -1 : eng_steps_done(run);
@@ -132,8 +135,9 @@ static void run_job(runner *r) {
       free(m);
       break;
     }
-    post(r, m);
     int64_t done = eng_steps_done(run);
+    r->steps = done;
+    post(r, m);
     if (done < p->total_steps && done % p->ckpt_every == 0 && !(rc = save(r, run, &st, &e))) saved = done;
   }
   int64_t steps = run ? eng_steps_done(run) : 0;
@@ -219,15 +223,20 @@ int runner_start(runner *r, const char *job, spec_plan *plan) {
   memset(plan, 0, sizeof *plan);
   r->cancel = 0;
   r->stop = 0;
+  r->steps = -1;
   r->has_work = 1;
   uv_cond_signal(&r->cond);
   uv_mutex_unlock(&r->lock);
   return 0;
 }
 
-void runner_cancel(runner *r) {
+int64_t runner_cancel(runner *r) {
   r->stop = 0;
   r->cancel = 1;
+  // The flag before the count: a step the runner starts after the count
+  // was read finds the flag set at its first layer.
+  atomic_thread_fence(memory_order_seq_cst);
+  return r->steps;
 }
 
 void runner_stop(runner *r) {

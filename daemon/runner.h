@@ -38,7 +38,10 @@ int runner_create(runner **out, uv_loop_t *loop, store *st, planning *planning, 
 // Starts a job on an idle runner and takes the plan (freed when the job is
 // done). -1 (out of memory): not started, the plan is still the caller's.
 int runner_start(runner *r, const char *job, spec_plan *plan);
-void runner_cancel(runner *r);
+// Returns the steps the engine had done when the flag went up (-1: the
+// job's run was not loaded yet): the job ends with at most one more, the
+// step then in flight.
+int64_t runner_cancel(runner *r);
 void runner_stop(runner *r);
 // The job it runs, or NULL when idle (loop thread: idle once RUN_DONE came).
 const char *runner_job(const runner *r);

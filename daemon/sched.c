@@ -117,10 +117,15 @@ int sched_cancel(traind *d, job *j, const char **refusal) {
     sched_set_state(d, j, JS(CANCELLED), "cancelled while queued");
     retention_run(d);
     return 0;
-  case JS(RUNNING):
-    sched_set_state(d, j, JS(CANCELLING), "cancel requested");
-    runner_cancel(d->cpu);
+  case JS(RUNNING): {
+    // With the engine's step count at the request: the job ends within the
+    // step then in flight, as its CANCELLED event's step shows.
+    int64_t at = runner_cancel(d->cpu);
+    char reason[96] = "cancel requested while the job was starting";
+    if (at >= 0) snprintf(reason, sizeof reason, "cancel requested after step %lld", (long long)at);
+    sched_set_state(d, j, JS(CANCELLING), reason);
     return 0;
+  }
   case JS(CANCELLING): return 0;
   default:
     snprintf(msg, sizeof msg, "job_id: job %s has already finished (%s)", j->id, state_name(j->state));
@@ -194,7 +199,12 @@ static void on_done(traind *d, job *j, const runner_msg *m) {
     j->error = strdup(m->error);
     sched_set_state(d, j, JS(FAILED), m->error);
     break;
-  case RUN_CANCELLED: sched_set_state(d, j, JS(CANCELLED), "cancelled while running"); break;
+  case RUN_CANCELLED: {
+    char reason[96];
+    snprintf(reason, sizeof reason, "cancelled while running, after step %lld", (long long)m->step);
+    sched_set_state(d, j, JS(CANCELLED), reason);
+    break;
+  }
   case RUN_STOPPED:
     if (j->state == JS(CANCELLING)) { // a cancel came after the stop
       sched_set_state(d, j, JS(CANCELLED), "cancelled while stopping");

@@ -165,8 +165,9 @@ int store_gc_act_reset(store *s, eng_err *e);
 
 // Compacts [lo, hi) of a family (flushing its memtable first when they
 // overlap) so that deleted values drop out, their blobs count as garbage
-// and blob files holding nothing else are deleted. Failures surface at the
-// next write (the C API's compaction call reports none).
+// and blob files holding nothing else are deleted: they are gone from disk
+// when it returns (it waits until RocksDB runs no compaction). Failures
+// surface at the next write (the C API's compaction call reports none).
 void store_reclaim(store *s, int cf, const skey *lo, const skey *hi);
 
 // ---- manifests (store_manifest.c) ---------------------------------------------------

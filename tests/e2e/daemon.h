@@ -175,6 +175,52 @@ static inline int td_notified(td *t, char *status, size_t n) {
   return w;
 }
 
+// Waits (up to timeout_s) for at least `pings` WATCHDOG=1 since READY and a
+// last STATUS= that contains `status`: the daemon sends them from its loop
+// on its own schedule.
+static inline void td_wait_notified(td *t, int pings, const char *status, double timeout_s) {
+  double t0 = td_now();
+  char last[512];
+  int w;
+  while ((w = td_notified(t, last, sizeof last)) < pings || !strstr(last, status)) {
+    CHECK(td_now() - t0 < timeout_s, "after %.0f s: %d WATCHDOG=1 since READY (waiting for %d), STATUS=%s (waiting "
+          "for \"%s\")", timeout_s, w, pings, last, status);
+    usleep(10000);
+  }
+}
+
+// Lines of the daemon's log (every daemon this test started) that contain needle.
+static inline int td_log_count(td *t, const char *needle) {
+  FILE *f = fopen(t->log, "r");
+  if (!f) return 0;
+  char *line = NULL;
+  size_t cap = 0;
+  int n = 0;
+  while (getline(&line, &cap, f) > 0) n += strstr(line, needle) != NULL;
+  free(line);
+  fclose(f);
+  return n;
+}
+
+// Waits (up to timeout_s) until more than `seen` lines of the log contain needle.
+static inline void td_wait_log(td *t, const char *needle, int seen, double timeout_s) {
+  double t0 = td_now();
+  while (td_log_count(t, needle) <= seen) {
+    CHECK(td_now() - t0 < timeout_s, "traind did not log \"%s\" within %.0f s (see %s)", needle, timeout_s, t->log);
+    usleep(10000);
+  }
+}
+
+// SIGHUP, then waits for the line the loop thread logs while it reloads:
+// every call the test makes after that is served once the reload (and the
+// retention run it ends with) is done, on the new config.
+static inline void td_reload(td *t) {
+  static const char done[] = "SIGHUP: config reloaded";
+  int seen = td_log_count(t, done);
+  kill(t->pid, SIGHUP);
+  td_wait_log(t, done, seen, 60);
+}
+
 // Sends sig and waits for the exit; returns the wait status.
 static inline int td_stop(td *t, int sig, double timeout_s, double *took) {
   double t0 = td_now();
