@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "engine.h"
 #include "model/safetensors.h"
 
 static inline const char *fx_dir(const char *name) {
@@ -17,6 +18,22 @@ static inline const char *fx_dir(const char *name) {
   char *p = buf[k++ & 3];
   snprintf(p, 1024, "%s/tests/fixtures/%s", TRAIND_SOURCE_DIR, name);
   return p;
+}
+
+// A run of the model in dir for tests of export: batch × seq tokens, lr 1e-3,
+// the defaults otherwise, a 64 MiB arena.
+static inline eng_run *fx_run_open(const char *dir, int batch, int seq) {
+  eng_spec s;
+  eng_spec_defaults(&s);
+  s.model_dir = dir;
+  s.batch = batch;
+  s.seq_len = seq;
+  s.lr = 1e-3f;
+  s.device_cap = (size_t)64 << 20;
+  eng_err e = {0};
+  eng_run *r;
+  CHECK_OK(eng_open(&s, &r, &e), &e);
+  return r;
 }
 
 static inline void fx_open(eng_st_file *f, const char *fixture) {

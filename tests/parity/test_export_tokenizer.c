@@ -22,16 +22,8 @@ enum { B = 2, T = 32 };
 int main(void) {
   tmp_make();
   const char *source = fx_dir("llama_tok");
-  eng_spec s;
-  eng_spec_defaults(&s);
-  s.model_dir = source;
-  s.batch = B;
-  s.seq_len = T;
-  s.lr = 1e-3f;
-  s.device_cap = (size_t)64 << 20;
+  eng_run *r = fx_run_open(source, B, T);
   eng_err e = {0};
-  eng_run *r;
-  CHECK_OK(eng_open(&s, &r, &e), &e);
   const int V = eng_run_config(r)->vocab;
   int32_t ids[B * T];
   for (int i = 0; i < B * T; i++) ids[i] = (int32_t)((i * 37 + 11) % V);

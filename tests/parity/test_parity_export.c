@@ -13,19 +13,7 @@
 
 enum { B = 2, T = 64 };
 
-static eng_run *open_dir(const char *dir) {
-  eng_spec s;
-  eng_spec_defaults(&s);
-  s.model_dir = dir;
-  s.batch = B;
-  s.seq_len = T;
-  s.lr = 1e-3f;
-  s.device_cap = (size_t)64 << 20;
-  eng_err e = {0};
-  eng_run *r;
-  CHECK_OK(eng_open(&s, &r, &e), &e);
-  return r;
-}
+static eng_run *open_dir(const char *dir) { return fx_run_open(dir, B, T); }
 
 static float *logits_of(eng_run *r, const int32_t *ids) {
   size_t n = (size_t)B * T * eng_run_config(r)->vocab;
