@@ -28,16 +28,17 @@ void eng_k_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, c
                  float *C, int ldc);
 
 // eng_k_sgemm, then then(ctx, r0, r1) for every row range of C once its rows
-// hold their final values: on the packed route right after their last block,
-// while they are in cache; otherwise after the product, in ranges spread over
-// the threads. Ranges are disjoint and may run at once on different threads,
+// hold their final values: on the avx512, avx2 and amx routes right after
+// their last block where the product allows (one column chunk), while they
+// are in cache; otherwise after the product, in ranges spread over the
+// threads. Ranges are disjoint and may run at once on different threads,
 // so the work on a row must depend on that row alone (then it gives the same
 // bits on every route and thread count).
 void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                       float beta, float *C, int ldc, eng_k_rows_fn then, void *ctx);
 
 // C rows 0..ni, columns 0..nj = (add = 0) or += (add = 1) a block computed
-// apart, rows lds floats apart: how both routes' block products reach C.
+// apart, rows lds floats apart: how the routes' edge blocks reach C.
 static inline void eng_k_gemm_block_put(float *C, size_t ldc, const float *src, size_t lds, int ni, int nj, int add) {
   for (int i = 0; i < ni; i++) {
     float *c = C + (size_t)i * ldc;
@@ -50,7 +51,7 @@ static inline void eng_k_gemm_block_put(float *C, size_t ldc, const float *src, 
 }
 
 // Bytes of packed panels that may stay in L2 while the other operand's
-// blocks pass over them, on either route: 3/4 of it (the 2 MiB of these
+// blocks pass over them, on the amx and own routes: 3/4 of it (the 2 MiB of these
 // machines; 1 MiB where the size is unknown).
 size_t eng_k_gemm_l2_budget(void);
 
