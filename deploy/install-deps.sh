@@ -17,6 +17,8 @@ pkgs=(
   libsystemd-dev
   # the API: the standard health.proto, job files, the fuzz target (libFuzzer)
   grpc-proto libyaml-dev clang
+  # the TLS test makes its certificate with it
+  openssl
   # the interpreter .venv/ is made from; Debian's needs python3-venv for that
   python3 python3-venv
 )

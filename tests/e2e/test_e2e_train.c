@@ -75,6 +75,12 @@ int main(void) {
   CHECK(td_ctl(&t, out, sizeof out, "list --json") == 0, "list failed");
   CHECK(strstr(out, id), "list does not show %s:\n%s", id, out);
   CHECK(td_ctl(&t, out, sizeof out, "node --json") == 0 && strstr(out, "\"cpu\""), "node:\n%s", out);
+  const char *route;
+  eng_err re = {0};
+  CHECK_OK(eng_cpu_gemm_route(&route, NULL, &re), &re);
+  char says[64];
+  snprintf(says, sizeof says, "products on the %s route", route);
+  CHECK(strstr(out, says), "node does not say '%s':\n%s", says, out);
   CHECK(td_ctl(&t, out, sizeof out, "logs %s", id) == 0, "logs failed");
   CHECK(strstr(out, "QUEUED: submitted") && strstr(out, "checkpoint at step 10") && strstr(out, "SUCCEEDED"),
         "logs:\n%s", out);
