@@ -38,8 +38,11 @@ def not_run(build_dir):
     """(name, reason) of each test of the last run that did not run."""
     for case in ET.parse(f"{build_dir}/{JUNIT}").getroot().iter("testcase"):
         if case.get("status") != "run":
+            # The test's own reason: the last line it printed ("skipped: ...").
+            out = (case.findtext("system-out") or "").strip().splitlines()
             skipped = case.find("skipped")
-            yield case.get("name"), skipped.get("message", "") if skipped is not None else case.get("status")
+            why = skipped.get("message", "") if skipped is not None else case.get("status")
+            yield case.get("name"), out[-1] if out else why
 
 
 def main():
