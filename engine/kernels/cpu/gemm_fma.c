@@ -19,18 +19,23 @@ enum { MR_MAX = 16, NR_MAX = 32 };
 #define TEAM_MACS (4.0 * 1024.0 * 1024.0)
 
 // Panel of op(B)'s columns j0..j0+nr of a k block: bp[k][j] = op(B)(k, j0 + j),
-// zero past N.
+// zero past N. A transposed op(B) (the forward's weights; the head's whole
+// weight per chunk of rows, where an element-by-element transpose cost a
+// quarter of the product) goes through the instruction set's register
+// transpose, tw columns × tw k at a time; the k past the last tw and a
+// partial group of columns element by element.
 static void panel_pack(const eng_k_fma_isa *isa, float *bp, int tb, const float *B, int ldb, int kb, int N, int j0) {
-  const int nr = isa->nr, nj = N - j0 < nr ? N - j0 : nr;
-  if (tb && isa->pack_bt) {
-    isa->pack_bt(bp, B + (size_t)j0 * ldb, (size_t)ldb, kb, nj);
-  } else if (tb) {
-    for (int j = 0; j < nj; j++) { // read op(B)'s columns, B's rows, in order
-      const float *src = B + (size_t)(j0 + j) * ldb;
-      for (int k = 0; k < kb; k++) bp[(size_t)k * nr + j] = src[k];
+  const int nr = isa->nr, nj = N - j0 < nr ? N - j0 : nr, tw = isa->tile_t ? isa->tw : nr;
+  if (tb) {
+    const float *b = B + (size_t)j0 * ldb;
+    for (int g = 0; g < nr; g += tw) {
+      int k0 = 0;
+      if (isa->tile_t && nj >= g + tw)
+        for (; k0 + tw <= kb; k0 += tw)
+          isa->tile_t(bp + (size_t)k0 * nr + g, (size_t)nr, b + (size_t)g * ldb + k0, (size_t)ldb);
+      for (int k = k0; k < kb; k++)
+        for (int j = g; j < g + tw; j++) bp[(size_t)k * nr + j] = j < nj ? b[(size_t)j * ldb + k] : 0.0f;
     }
-    for (int k = 0; k < kb; k++)
-      for (int j = nj; j < nr; j++) bp[(size_t)k * nr + j] = 0.0f;
   } else {
     for (int k = 0; k < kb; k++) { // a loop for the same reason as row_block's
       const float *src = B + (size_t)k * ldb + j0;

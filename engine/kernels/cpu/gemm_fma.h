@@ -24,14 +24,16 @@
 // or C + chains (add 1) over kb of op(A)'s rows against a panel bp[kb][nr]
 // (64-byte aligned). Row q, step k of op(A) is A[q·lda + k] for rows (A
 // row-major) and A[k·lda + q] for cols (A transposed).
-// pack_bt (NULL: the driver's plain loop) packs a panel of a transposed
-// op(B): bp[k][j] = B[j·ldb + k] for j < nj, zero for nj <= j < nr.
+// tile_t (NULL: the driver packs a transposed op(B) element by element)
+// transposes tw × tw floats in registers: dst[i·ldd + j] = src[j·lds + i];
+// the driver packs a transposed op(B)'s panels with it, tw columns × tw k
+// at a time.
 typedef struct eng_k_fma_isa {
   const char *name;
-  int mr, nr;
+  int mr, nr, tw;
   void (*rows)(int kb, const float *A, size_t lda, const float *bp, float *C, size_t ldc, int add);
   void (*cols)(int kb, const float *A, size_t lda, const float *bp, float *C, size_t ldc, int add);
-  void (*pack_bt)(float *bp, const float *B, size_t ldb, int kb, int nj);
+  void (*tile_t)(float *dst, size_t ldd, const float *src, size_t lds);
 } eng_k_fma_isa;
 
 // avx512 and avx2: present in every x86-64 build (their functions carry

@@ -67,24 +67,13 @@ AVX2 static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
   }
 }
 
-// A panel of a transposed op(B), 8 columns × 8 k at a time through
-// transpose8; the k past the last 8 and a partial half panel element by
-// element (see gemm_fma_avx512.c's pack_bt for why).
-AVX2 static void pack_bt(float *bp, const float *B, size_t ldb, int kb, int nj) {
-  for (int h = 0; h < NR / 8; h++) {
-    const int j0 = 8 * h, full = nj >= j0 + 8;
-    int k0 = 0;
-    if (full)
-      for (; k0 + 8 <= kb; k0 += 8) {
-        __m256 r[8];
-        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(B + (size_t)(j0 + i) * ldb + k0);
-        transpose8(r);
-        for (int i = 0; i < 8; i++) _mm256_store_ps(bp + (size_t)(k0 + i) * NR + j0, r[i]);
-      }
-    for (int k = k0; k < kb; k++)
-      for (int j = j0; j < j0 + 8; j++) bp[(size_t)k * NR + j] = j < nj ? B[(size_t)j * ldb + k] : 0.0f;
-  }
+// The driver's tile_t: 8 rows of src in, their columns out.
+AVX2 static void tile_t(float *dst, size_t ldd, const float *src, size_t lds) {
+  __m256 r[8];
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (size_t)i * lds);
+  transpose8(r);
+  for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (size_t)i * ldd, r[i]);
 }
 
-const eng_k_fma_isa eng_k_fma_avx2 = {"avx2", MR, NR, rows, cols, pack_bt};
+const eng_k_fma_isa eng_k_fma_avx2 = {"avx2", MR, NR, 8, rows, cols, tile_t};
 #endif

@@ -75,25 +75,13 @@ AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16
   }
 }
 
-// A panel of a transposed op(B), 16 columns × 16 k at a time through
-// transpose16; the k past the last 16 and a partial half panel element by
-// element. The head's logits product packs its whole weight per chunk of
-// rows, so a scalar transpose there costs a quarter of the product.
-AVX512 static void pack_bt(float *bp, const float *B, size_t ldb, int kb, int nj) {
-  for (int h = 0; h < NR / 16; h++) {
-    const int j0 = 16 * h, full = nj >= j0 + 16;
-    int k0 = 0;
-    if (full)
-      for (; k0 + 16 <= kb; k0 += 16) {
-        __m512 r[16];
-        for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(B + (size_t)(j0 + i) * ldb + k0);
-        transpose16(r);
-        for (int i = 0; i < 16; i++) _mm512_store_ps(bp + (size_t)(k0 + i) * NR + j0, r[i]);
-      }
-    for (int k = k0; k < kb; k++)
-      for (int j = j0; j < j0 + 16; j++) bp[(size_t)k * NR + j] = j < nj ? B[(size_t)j * ldb + k] : 0.0f;
-  }
+// The driver's tile_t: 16 rows of src in, their columns out.
+AVX512 static void tile_t(float *dst, size_t ldd, const float *src, size_t lds) {
+  __m512 r[16];
+  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (size_t)i * lds);
+  transpose16(r);
+  for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (size_t)i * ldd, r[i]);
 }
 
-const eng_k_fma_isa eng_k_fma_avx512 = {"avx512", MR, NR, rows, cols, pack_bt};
+const eng_k_fma_isa eng_k_fma_avx512 = {"avx512", MR, NR, 16, rows, cols, tile_t};
 #endif

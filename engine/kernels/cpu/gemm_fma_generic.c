@@ -42,4 +42,4 @@ static void cols(int kb, const float *A, size_t lda, const float *bp, float *C, 
   block(kb, A, 1, lda, bp, C, ldc, add);
 }
 
-const eng_k_fma_isa eng_k_fma_generic = {"generic", MR, NR, rows, cols, NULL};
+const eng_k_fma_isa eng_k_fma_generic = {"generic", MR, NR, 0, rows, cols, NULL};
