@@ -6,13 +6,16 @@ and AutoModelForCausalLM load the export and generate greedily.
 
 usage: check_export_tokenizer.py EXPORT_DIR SOURCE_DIR
 
-Prints what it checked; exits 0 when everything holds and 1 otherwise, also when
-torch or transformers cannot be imported: the test must not pass untested.
+Prints what it checked; exits 0 when everything holds, 1 otherwise, and 3 when
+torch or transformers cannot be imported (hf_env.py): the test must not pass
+untested.
 """
 import filecmp
 import json
 import os
 import sys
+
+from hf_env import require
 
 # The files engine/model/hf_io.c copies, when the source has them.
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -46,14 +49,7 @@ def main(argv):
         print("usage: check_export_tokenizer.py EXPORT_DIR SOURCE_DIR", file=sys.stderr)
         return 2
     export, source = argv[1], argv[2]
-    try:
-        import torch
-        import transformers
-    except ImportError as e:
-        print(f"failed: torch and transformers are needed ({e})")
-        return 1
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
+    torch, transformers = require("check_export_tokenizer.py")
     failed = []
 
     copied = [n for n in SIDE_FILES if os.path.exists(os.path.join(source, n))]

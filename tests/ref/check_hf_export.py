@@ -12,8 +12,9 @@ and a machine without them is not set up, which must fail a test, not skip it.
 """
 import sys
 
+from hf_env import require
+
 TOLERANCE = 1e-4
-EXIT_NOT_SET_UP = 3
 
 
 def main(argv):
@@ -22,17 +23,8 @@ def main(argv):
         return 2
     model_dir, ref_path = argv[1], argv[2]
 
-    try:
-        import torch
-        import transformers
-        from safetensors.torch import load_file
-    except ImportError as e:
-        print(f"check_hf_export.py: {sys.executable} lacks torch, transformers or safetensors ({e}); "
-              "run deploy/install-deps.sh", file=sys.stderr)
-        return EXIT_NOT_SET_UP
-
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
+    torch, transformers = require("check_hf_export.py", "safetensors")
+    from safetensors.torch import load_file
 
     ref = load_file(ref_path)
     for key in ("input_ids", "logits"):
