@@ -269,10 +269,11 @@ static inline int td_ctl(td *t, char *out, size_t outlen, const char *fmt, ...) 
   return WEXITSTATUS(st);
 }
 
-// A job file for the tests' tiny model (tests/tiny.h) on the demo text.
-// The path stays valid for the next 7 calls (tmp_path's buffers rotate
-// after 4).
-static inline const char *td_jobfile(const char *name, int steps, int ckpt_every, const char *extra) {
+// A job file for the model section model (YAML, "model:\n  ...\n") on the
+// demo text. The path stays valid for the next 7 calls (tmp_path's buffers
+// rotate after 4).
+static inline const char *td_jobfile_model(const char *name, const char *model, int steps, int ckpt_every,
+                                           const char *extra) {
   static char paths[8][512];
   static int k;
   char *path = paths[k++ & 7];
@@ -280,19 +281,25 @@ static inline const char *td_jobfile(const char *name, int steps, int ckpt_every
   FILE *f = fopen(path, "w");
   CHECK(f, "cannot write %s", path);
   fprintf(f,
-          "name: %s\n"
-          "model:\n  config:\n    arch: qwen3\n    vocab_size: 256\n    hidden_size: 64\n"
-          "    num_hidden_layers: 2\n    num_attention_heads: 4\n    num_key_value_heads: 2\n"
-          "    head_dim: 16\n    intermediate_size: 176\n    max_position_embeddings: 512\n"
+          "name: %s\n%s"
           "data:\n  train_path: %s/data/demo/licenses.txt\n"
           "training:\n  steps: %d\n  batch_size: 4\n  seq_len: 64\n  lr: 3e-3\n  min_lr: 3e-4\n"
           "  warmup_steps: 5\n"
           "checkpoints:\n  every_steps: %d\n  keep: 2\n"
           "device:\n  memory_bytes: 256M\n"
           "seed: 42\n%s",
-          name, TRAIND_SOURCE_DIR, steps, ckpt_every, extra ? extra : "");
+          name, model, TRAIND_SOURCE_DIR, steps, ckpt_every, extra ? extra : "");
   fclose(f);
   return path;
+}
+
+// A job file for the tests' tiny model (tests/tiny.h).
+static inline const char *td_jobfile(const char *name, int steps, int ckpt_every, const char *extra) {
+  return td_jobfile_model(name,
+                          "model:\n  config:\n    arch: qwen3\n    vocab_size: 256\n    hidden_size: 64\n"
+                          "    num_hidden_layers: 2\n    num_attention_heads: 4\n    num_key_value_heads: 2\n"
+                          "    head_dim: 16\n    intermediate_size: 176\n    max_position_embeddings: 512\n",
+                          steps, ckpt_every, extra);
 }
 
 // GetJob through the client library (NULL when not found).

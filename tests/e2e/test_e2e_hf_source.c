@@ -14,20 +14,10 @@
 
 // A job of a few steps from model directory dir on the demo text.
 static const char *hf_jobfile(const char *name, const char *dir) {
-  static char path[512];
-  char file[64];
+  char file[64], model[600];
   snprintf(file, sizeof file, "%s.yaml", name);
-  snprintf(path, sizeof path, "%s", tmp_path(file));
-  FILE *f = fopen(path, "w");
-  CHECK(f, "cannot write %s", path);
-  fprintf(f,
-          "name: %s\nmodel:\n  hf_dir: %s\n"
-          "data:\n  train_path: %s/data/demo/licenses.txt\n"
-          "training:\n  steps: 4\n  batch_size: 2\n  seq_len: 32\n  lr: 1e-3\n"
-          "device:\n  memory_bytes: 64M\nseed: 7\n",
-          name, dir, TRAIND_SOURCE_DIR);
-  fclose(f);
-  return path;
+  snprintf(model, sizeof model, "model:\n  hf_dir: %s\n", dir);
+  return td_jobfile_model(file, model, 4, 4, NULL);
 }
 
 // Runs the job of model directory dir to SUCCEEDED; returns its id (static).
