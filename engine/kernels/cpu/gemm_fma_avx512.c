@@ -1,4 +1,4 @@
-// The avx512 route's register block (kernels/cpu/gemm_fma.h): 12 rows × 32
+// The avx512 route (kernels/cpu/gemm_fma.h): a register block of 12 rows × 32
 // columns of chains in 24 zmm accumulators, one broadcast of A and two loads
 // of the panel per step of k.
 #include "kernels/cpu/gemm_fma.h"
@@ -10,43 +10,17 @@
 
 enum { MR = 12, NR = 32 };
 
-// Row q, step k of op(A) is A[q·rs + k·ks]; the two callers fix one stride
-// to 1 so that each becomes its own loop.
-AVX512 static inline __attribute__((always_inline)) void block(int kb, const float *A, size_t rs, size_t ks,
-                                                               const float *restrict bp, float *C, size_t ldc,
-                                                               int add) {
-  __m512 c0[MR], c1[MR];
-#pragma GCC unroll 12
-  for (int q = 0; q < MR; q++) c0[q] = c1[q] = _mm512_setzero_ps();
-  for (int k = 0; k < kb; k++) {
-    const __m512 b0 = _mm512_load_ps(bp + (size_t)k * NR), b1 = _mm512_load_ps(bp + (size_t)k * NR + 16);
-    const float *a = A + (size_t)k * ks;
-#pragma GCC unroll 12
-    for (int q = 0; q < MR; q++) {
-      const __m512 aq = _mm512_set1_ps(a[(size_t)q * rs]);
-      c0[q] = _mm512_fmadd_ps(aq, b0, c0[q]);
-      c1[q] = _mm512_fmadd_ps(aq, b1, c1[q]);
-    }
-  }
-#pragma GCC unroll 12
-  for (int q = 0; q < MR; q++) {
-    float *c = C + (size_t)q * ldc;
-    if (add) {
-      c0[q] = _mm512_add_ps(_mm512_loadu_ps(c), c0[q]);
-      c1[q] = _mm512_add_ps(_mm512_loadu_ps(c + 16), c1[q]);
-    }
-    _mm512_storeu_ps(c, c0[q]);
-    _mm512_storeu_ps(c + 16, c1[q]);
-  }
-}
-
-AVX512 static void rows(int kb, const float *A, size_t lda, const float *bp, float *C, size_t ldc, int add) {
-  block(kb, A, lda, 1, bp, C, ldc, add);
-}
-
-AVX512 static void cols(int kb, const float *A, size_t lda, const float *bp, float *C, size_t ldc, int add) {
-  block(kb, A, 1, lda, bp, C, ldc, add);
-}
+#define FMA_TARGET AVX512
+#define VEC __m512
+#define VW 16
+#define VZERO() _mm512_setzero_ps()
+#define VLOAD(p) _mm512_load_ps(p)
+#define VLOADU(p) _mm512_loadu_ps(p)
+#define VSTOREU(p, v) _mm512_storeu_ps(p, v)
+#define VBCAST(p) _mm512_set1_ps(*(p))
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#include "kernels/cpu/gemm_fma_block.h"
 
 // The 16 × 16 floats of r transposed in registers (unpacks within 128-bit
 // lanes, then lane shuffles): r[c] becomes column c.
