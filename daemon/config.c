@@ -12,6 +12,7 @@
 void cfg_unset(cfg *o) {
   memset(o, 0, sizeof *o);
   o->socket_mode = UINT32_MAX;
+  o->max_connections = o->max_streams = -1;
   o->max_message_bytes = o->retention_jobs = o->drain_timeout_s = -1;
   o->checkpoint_every = o->checkpoint_keep = o->metrics_interval_ms = o->log_level = -1;
   o->retention_age_s = o->cpu_memory_bytes = -1;
@@ -89,6 +90,8 @@ static int apply(cfg *c, const char *key, const char *v, char *err, size_t errle
     return 0;                                                                                        \
   }
   INT_KEY("max_message_bytes", 4096, 64 << 20, 1, max_message_bytes)
+  INT_KEY("max_connections", 1, 1 << 20, 0, max_connections)
+  INT_KEY("max_streams", 1, 1 << 16, 0, max_streams)
   INT_KEY("retention_jobs", 0, INT_MAX, 0, retention_jobs)
   INT_KEY("retention_age_s", 0, INT64_MAX / 2, 0, retention_age_s)
   INT_KEY("drain_timeout_s", 1, 3600, 0, drain_timeout_s)
@@ -196,6 +199,8 @@ int cfg_load(cfg *c, const char *path, const cfg *over, char *err, size_t errlen
   cfg_free(c);
   c->socket_mode = 0660;
   c->max_message_bytes = 1 << 20;
+  c->max_connections = 256;
+  c->max_streams = 100;
   c->retention_jobs = 1000;
   c->retention_age_s = 30 * 86400;
   c->drain_timeout_s = 20;
@@ -220,7 +225,7 @@ int cfg_load(cfg *c, const char *path, const cfg *over, char *err, size_t errlen
     if (over->socket_mode != UINT32_MAX) c->socket_mode = over->socket_mode;
 #define NUM(f)                                                                                       \
   if (over->f >= 0) c->f = over->f;
-    NUM(max_message_bytes) NUM(retention_jobs) NUM(retention_age_s) NUM(drain_timeout_s) NUM(checkpoint_every)
+    NUM(max_message_bytes) NUM(max_connections) NUM(max_streams) NUM(retention_jobs) NUM(retention_age_s) NUM(drain_timeout_s) NUM(checkpoint_every)
     NUM(checkpoint_keep) NUM(cpu_memory_bytes) NUM(metrics_interval_ms) NUM(log_level)
 #undef NUM
   }

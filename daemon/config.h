@@ -24,6 +24,8 @@ typedef struct cfg {
   char *roots[CFG_MAX_ROOTS]; // data roots, resolved with realpath when loaded
   int n_roots;
   int max_message_bytes;    // largest request (default 1 MiB)
+  int max_connections;      // open Unix socket connections (default 256)
+  int max_streams;          // calls open at once on one connection (default 100)
   int retention_jobs;       // finished jobs kept (default 1000; 0 = no limit)
   int64_t retention_age_s;  // finished jobs kept this long (default 30 days; 0 = no limit)
   int drain_timeout_s;      // SIGTERM: time allowed to checkpoint the running job (default 20)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -130,7 +131,16 @@ static void on_hup(uv_signal_t *s, int signum) {
     const char *a = fixed[i][1] ? fixed[i][1] : "", *b = fixed[i][2] ? fixed[i][2] : "";
     if (strcmp(a, b)) log_warn("SIGHUP: %s changed; that takes a restart", fixed[i][0]);
   }
-  if (next.max_message_bytes != d->cfg.max_message_bytes) log_warn("SIGHUP: max_message_bytes changed; that takes a restart");
+  const struct {
+    const char *key;
+    int *now, *next;
+  } fixed_num[] = {{"max_message_bytes", &d->cfg.max_message_bytes, &next.max_message_bytes},
+                   {"max_connections", &d->cfg.max_connections, &next.max_connections},
+                   {"max_streams", &d->cfg.max_streams, &next.max_streams}};
+  for (size_t i = 0; i < sizeof fixed_num / sizeof fixed_num[0]; i++) {
+    if (*fixed_num[i].next != *fixed_num[i].now) log_warn("SIGHUP: %s changed; that takes a restart", fixed_num[i].key);
+    *fixed_num[i].next = *fixed_num[i].now;
+  }
 #define KEEP(f)                                                                                      \
   do {                                                                                               \
     char *t_ = next.f;                                                                               \
@@ -143,7 +153,6 @@ static void on_hup(uv_signal_t *s, int signum) {
   KEEP(tls_cert);
   KEEP(tls_key);
 #undef KEEP
-  next.max_message_bytes = d->cfg.max_message_bytes;
   cfg_free(&d->cfg);
   d->cfg = next;
   log_level_set(d->cfg.log_level);
@@ -253,14 +262,32 @@ static void print_config(const cfg *c) {
   printf("state_dir = %s\nsocket = %s\nsocket_mode = %04o\ntcp = %s\n", c->state_dir, c->socket_path, c->socket_mode,
          c->tcp ? c->tcp : "");
   for (int i = 0; i < c->n_roots; i++) printf("data_root = %s\n", c->roots[i]);
-  printf("max_message_bytes = %d\nretention_jobs = %d\nretention_age_s = %lld\ndrain_timeout_s = %d\n"
+  printf("max_message_bytes = %d\nmax_connections = %d\nmax_streams = %d\nretention_jobs = %d\nretention_age_s = %lld\ndrain_timeout_s = %d\n"
          "checkpoint_every = %d\ncheckpoint_keep = %d\ncpu_memory_bytes = %lld\nmetrics_interval_ms = %d\n",
-         c->max_message_bytes, c->retention_jobs, (long long)c->retention_age_s, c->drain_timeout_s,
+         c->max_message_bytes, c->max_connections, c->max_streams, c->retention_jobs, (long long)c->retention_age_s, c->drain_timeout_s,
          c->checkpoint_every, c->checkpoint_keep, (long long)c->cpu_memory_bytes, c->metrics_interval_ms);
+}
+
+// Descriptors: the soft limit raised to the hard one (systemd's soft 1024
+// is for select() users; the daemon polls), and enough of them for every
+// connection the config allows next to the jobs' files and the database.
+static void nofile_raise(const cfg *c) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_NOFILE, &r)) return;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+    getrlimit(RLIMIT_NOFILE, &r);
+  }
+  if ((rlim_t)c->max_connections * 2 > r.rlim_cur)
+    log_warn("max_connections %d is more than half the descriptors this process may open (%llu): clients may use "
+             "up what jobs need",
+             c->max_connections, (unsigned long long)r.rlim_cur);
 }
 
 static int start(traind *d) {
   char err[1024];
+  nofile_raise(&d->cfg);
   if (mkdir_p(d->cfg.state_dir, 0750)) {
     log_err("state_dir %s: %s", d->cfg.state_dir, strerror(errno));
     return -1;
@@ -299,8 +326,21 @@ static int start(traind *d) {
     free(cert);
     return -1;
   }
-  srv_options o = {d->cfg.socket_path, d->cfg.socket_mode, d->cfg.tcp, cert, key, d->cfg.max_message_bytes,
-                   api_methods, api_n_methods, d};
+  // A client that resets more calls than this per second before they are
+  // answered is flooding (HTTP/2 rapid reset); trainctl resets none.
+  enum { MAX_RESETS_PER_S = 200 };
+  srv_options o = {.unix_path = d->cfg.socket_path,
+                   .unix_mode = d->cfg.socket_mode,
+                   .max_conns = d->cfg.max_connections,
+                   .max_resets = MAX_RESETS_PER_S,
+                   .max_streams = d->cfg.max_streams,
+                   .tcp_addr = d->cfg.tcp,
+                   .tls_cert_pem = cert,
+                   .tls_key_pem = key,
+                   .max_message_bytes = d->cfg.max_message_bytes,
+                   .methods = api_methods,
+                   .n_methods = api_n_methods,
+                   .data = d};
   int rc = srv_start(&d->srv, d->loop, &o, err, sizeof err);
   free(cert);
   free(key);

@@ -2,6 +2,7 @@
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "listen.h"
 #include "log.h"
 #include "mbox.h"
 
@@ -34,6 +36,8 @@ struct srv_call {
   grpc_byte_buffer *recv_buf;
   grpc_byte_buffer *send_buf;       // kept until its batch completes
   int client_cancelled;             // RECV_CLOSE_ON_SERVER's out value
+  int fd;                           // the Unix connection's descriptor, else -1
+  srv_caller caller;
   int md_sent;                      // SEND_INITIAL_METADATA was started
   int pending;                      // batches started and not yet back
   int send_busy;                    // a SEND_MESSAGE or the status is in flight
@@ -54,6 +58,7 @@ struct srv {
   grpc_completion_queue *cq;
   uv_thread_t thread;
   mbox mb;
+  lsn *unix_lsn;                     // the Unix socket (daemon/listen.h)
   srv_tag t_shutdown;               // server shutdown finished
   srv_tag t_thread_done;            // the cq thread saw GRPC_QUEUE_SHUTDOWN
   const srv_method *methods;
@@ -237,12 +242,16 @@ void *srv_call_data(const srv_call *c) { return c->s->data; }
 
 void *srv_call_app(const srv_call *c) { return c->app; }
 
+const srv_caller *srv_call_caller(const srv_call *c) { return &c->caller; }
+
 // ---- a call's life ---------------------------------------------------------------
 
 static void on_close(srv_tag *t) {
   srv_call *c = t->c;
   c->pending--;
   c->closed = 1;
+  if (c->client_cancelled && !c->status_started && c->fd >= 0 && c->s->unix_lsn)
+    lsn_note_reset(c->s->unix_lsn, c->fd);
   c->sent = NULL;
   if (c->on_close) {
     srv_close_fn fn = c->on_close;
@@ -298,11 +307,20 @@ static int token_ok(const srv *s, const grpc_metadata_array *md) {
   return 0;
 }
 
-static int call_is_local(srv_call *c) {
+// Local calls come through the Unix listener, whose connections the core
+// names "fd:N": the caller is that connection's peer. The descriptor stays
+// the connection's while the call holds it (the core closes it only when the
+// transport, which the call references, is gone).
+static void call_identify(srv_call *c) {
   char *peer = grpc_call_get_peer(c->call);
-  int local = peer && !strncmp(peer, "unix:", 5);
+  int fd;
+  char end;
+  lsn_peer p;
+  if (peer && c->s->unix_lsn && sscanf(peer, "fd:%d%c", &fd, &end) == 1 && !lsn_peer_of(c->s->unix_lsn, fd, &p)) {
+    c->fd = fd;
+    c->caller = (srv_caller){.local = 1, .uid = p.uid, .gid = p.gid, .pid = p.pid};
+  }
   gpr_free(peer);
-  return local;
 }
 
 static void on_new(srv_tag *t) {
@@ -313,6 +331,7 @@ static void on_new(srv_tag *t) {
     return;
   }
   if (!s->stopping) call_arm(s);
+  call_identify(c);
 
   grpc_op close_op;
   memset(&close_op, 0, sizeof close_op);
@@ -338,7 +357,7 @@ static void on_new(srv_tag *t) {
   if (!c->m) {
     code = GRPC_STATUS_UNIMPLEMENTED;
     refuse = "method: not served by traind";
-  } else if (!call_is_local(c) && (!s->token || !token_ok(s, &c->md))) {
+  } else if (!c->caller.local && (!s->token || !token_ok(s, &c->md))) {
     code = GRPC_STATUS_UNAUTHENTICATED;
     refuse = "authorization: a valid bearer token is required over TCP";
   } else if (s->stopping) {
@@ -371,6 +390,7 @@ static void call_arm(srv *s) {
   }
   c->s = s;
   c->finish_code = -1;
+  c->fd = -1;
   grpc_call_details_init(&c->details);
   grpc_metadata_array_init(&c->md);
   tag_init(&c->t_new, c, on_new);
@@ -407,27 +427,12 @@ void srv_token_set(srv *s, const char *token) {
   s->token = token && *token ? strdup(token) : NULL;
 }
 
-static int bind_unix(srv *s, const srv_options *o, char *err, size_t errlen) {
-  // A socket file left by a daemon that died makes the bind fail
-  // (grpc_server_add_http2_port returns 0): remove a stale one first.
-  struct stat st;
-  if (lstat(o->unix_path, &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      snprintf(err, errlen, "socket %s: exists and is not a socket; refusing to replace it", o->unix_path);
-      return -1;
-    }
-    unlink(o->unix_path);
-  }
-  char addr[4200];
-  snprintf(addr, sizeof addr, "unix:%s", o->unix_path);
+// A connection the Unix listener accepted: the core serves it from here on.
+static void on_unix_conn(void *arg, int fd) {
+  srv *s = arg;
   grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-  int port = grpc_server_add_http2_port(s->server, addr, creds);
+  grpc_server_add_channel_from_fd(s->server, fd, creds);
   grpc_server_credentials_release(creds);
-  if (port == 0) {
-    snprintf(err, errlen, "socket %s: cannot listen there (is the directory writable?)", o->unix_path);
-    return -1;
-  }
-  return 0;
 }
 
 static int bind_tcp(srv *s, const srv_options *o, char *err, size_t errlen) {
@@ -461,21 +466,32 @@ int srv_start(srv **out, uv_loop_t *loop, const srv_options *o, char *err, size_
   s->t_shutdown = (srv_tag){.fn = on_shutdown, .s = s};
   s->t_thread_done = (srv_tag){.fn = on_thread_done, .s = s};
 
-  grpc_arg args[2] = {
+  // The transport's limits (the gRPC core 1.51 that Debian 12 ships has no
+  // rapid-reset or length-prefix check of its own):
+  //  - MAX_CONCURRENT_STREAMS bounds the calls one connection has open;
+  //  - a resource quota bounds the memory every connection's reads may hold:
+  //    a message whose length prefix claims more than max_message_bytes is
+  //    still pulled in by the core until the quota's pressure makes it reset
+  //    the stream, so the quota is what keeps a 2 GiB prefix to a few MiB;
+  //  - calls reset before they are answered are counted per connection by
+  //    the listener (lsn_note_reset), which closes a rapid-reset flood.
+  grpc_resource_quota *q = grpc_resource_quota_create("traind");
+  grpc_resource_quota_resize(q, (size_t)o->max_message_bytes * 4 + (16u << 20));
+  grpc_arg args[4] = {
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = o->max_message_bytes}},
       // Streams stay open for hours (watch): keep idle connections alive.
       {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_CONCURRENT_STREAMS, {.integer = o->max_streams}},
+      {GRPC_ARG_POINTER, GRPC_ARG_RESOURCE_QUOTA, {.pointer = {q, grpc_resource_quota_arg_vtable()}}},
   };
-  grpc_channel_args ch = {2, args};
+  grpc_channel_args ch = {4, args};
   s->server = grpc_server_create(&ch, NULL);
+  grpc_resource_quota_unref(q); // the server holds its own reference
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->cq, NULL);
-  if (bind_unix(s, o, err, errlen) || (o->tcp_addr && bind_tcp(s, o, err, errlen))) goto fail;
-  // The core creates the socket with the process umask; the mode is ours.
-  if (chmod(o->unix_path, o->unix_mode)) {
-    snprintf(err, errlen, "socket %s: chmod %o: %s", o->unix_path, o->unix_mode, strerror(errno));
-    goto fail;
-  }
+  if (o->tcp_addr && bind_tcp(s, o, err, errlen)) goto fail;
+  lsn_options lo = {o->unix_path, o->unix_mode, o->max_conns, o->max_resets, on_unix_conn, s};
+  if (lsn_open(&s->unix_lsn, loop, &lo, err, errlen)) goto fail;
   if (mbox_init(&s->mb, loop, on_mbox, s)) {
     snprintf(err, errlen, "cannot create the loop's wakeup handle");
     goto fail;
@@ -484,6 +500,7 @@ int srv_start(srv **out, uv_loop_t *loop, const srv_options *o, char *err, size_
   if (uv_thread_create(&s->thread, cq_thread, s)) {
     snprintf(err, errlen, "cannot start the completion-queue thread");
     srv_core_destroy(s);
+    lsn_close(s->unix_lsn, NULL, NULL);
     mbox_close(&s->mb, on_mbox_closed); // frees s
     return -1;
   }
@@ -491,6 +508,7 @@ int srv_start(srv **out, uv_loop_t *loop, const srv_options *o, char *err, size_
   *out = s;
   return 0;
 fail:
+  if (s->unix_lsn) lsn_close(s->unix_lsn, NULL, NULL);
   srv_core_destroy(s);
   free(s);
   return -1;
@@ -500,6 +518,8 @@ void srv_stop(srv *s, void (*done)(void *arg), void *arg) {
   s->stopping = 1;
   s->done = done;
   s->done_arg = arg;
+  lsn_close(s->unix_lsn, NULL, NULL); // no new connections; the socket file goes
+  s->unix_lsn = NULL;
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->t_shutdown);
   grpc_server_cancel_all_calls(s->server);
 }

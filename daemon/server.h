@@ -11,6 +11,7 @@
 #include <grpc/grpc.h>
 #include <grpc/status.h>
 #include <protobuf-c/protobuf-c.h>
+#include <sys/types.h>
 #include <uv.h>
 
 typedef struct srv srv;
@@ -26,8 +27,11 @@ typedef struct srv_method {
 } srv_method;
 
 typedef struct srv_options {
-  const char *unix_path;    // socket file; replaced when stale, then chmod'ed to unix_mode
+  const char *unix_path;    // socket file (daemon/listen.h: locked, replaced when stale)
   unsigned unix_mode;
+  int max_conns;            // open Unix connections at most
+  int max_resets;           // calls a connection may reset unanswered per second
+  int max_streams;          // calls open at once per connection (HTTP/2 MAX_CONCURRENT_STREAMS)
   const char *tcp_addr;     // "host:port" or NULL; needs TLS and a token
   const char *tls_cert_pem; // contents, not paths
   const char *tls_key_pem;
@@ -47,6 +51,17 @@ void srv_token_set(srv *s, const char *token);
 void srv_stop(srv *s, void (*done)(void *arg), void *arg);
 
 void *srv_call_data(const srv_call *c);
+
+// Who is calling. Over the Unix socket: local, with the connection's peer
+// credentials (SO_PEERCRED). Over TCP: not local, and the bearer token (one
+// per daemon) is all there is.
+typedef struct srv_caller {
+  int local;
+  uid_t uid;
+  gid_t gid;
+  pid_t pid;
+} srv_caller;
+const srv_caller *srv_call_caller(const srv_call *c);
 
 // Unary answers: a message and OK, or a status and a message. The message
 // is formatted like printf; it should start with the field or the input

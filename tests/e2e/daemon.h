@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -39,6 +40,7 @@ struct td {
   char state[512], sock[600], log[600], conf[600];
   char extra[8][256]; // more daemon arguments
   int n_extra;
+  int nofile;           // RLIMIT_NOFILE of the daemon (0: inherited)
   // The NOTIFY_SOCKET, read all the time by a thread: sd_notify blocks when
   // the receiver's queue is full, as systemd never lets it be.
   int notify_fd;
@@ -132,6 +134,7 @@ static inline void td_start(td *t) {
     setenv("NOTIFY_SOCKET", nsock, 1);
     setenv("WATCHDOG_USEC", "400000", 1); // pings every 200 ms
     setenv("OMP_NUM_THREADS", "1", 1);
+    if (t->nofile) setrlimit(RLIMIT_NOFILE, &(struct rlimit){(rlim_t)t->nofile, (rlim_t)t->nofile});
     char data[600], src[1100];
     snprintf(data, sizeof data, "%s/data", tmp_root);
     snprintf(src, sizeof src, "%s/data", TRAIND_SOURCE_DIR);
