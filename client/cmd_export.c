@@ -95,7 +95,8 @@ int cmd_export(ctl *c, int argc, char **argv) {
   }
   req.job_id = argv[optind];
   sink s = {argv[optind + 1], "", -1, 0};
-  if (mkdir(s.dir, 0755) && errno != EEXIST) {
+  int created = mkdir(s.dir, 0755) == 0;
+  if (!created && errno != EEXIST) {
     fprintf(stderr, "trainctl export: %s: %s\n", s.dir, strerror(errno));
     return EXIT_USAGE;
   }
@@ -103,7 +104,10 @@ int cmd_export(ctl *c, int argc, char **argv) {
   if (!r) return EXIT_UNREACHABLE;
   rpc_stream *st;
   rpc_status status;
-  if (rpc_stream_open(r, "/traind.v1.Trainer/ExportJob", &req.base, 0, &st, &status)) return ctl_fail("export", &status);
+  if (rpc_stream_open(r, "/traind.v1.Trainer/ExportJob", &req.base, 0, &st, &status)) {
+    if (created) rmdir(s.dir); // nothing came: leave no empty directory behind
+    return ctl_fail("export", &status);
+  }
   ProtobufCMessage *m;
   int rc = EXIT_OK;
   while (rpc_stream_next(st, &traind__v1__export_chunk__descriptor, &m, &status) == 1) {
@@ -116,7 +120,7 @@ int cmd_export(ctl *c, int argc, char **argv) {
   }
   rpc_stream_close(st);
   if (s.fd >= 0) close(s.fd);
-  if (rc) return rc;
-  if (status.code) return ctl_fail("export", &status);
-  return EXIT_OK;
+  if (!rc && status.code) rc = ctl_fail("export", &status);
+  if (rc && created) rmdir(s.dir); // succeeds only when no file arrived
+  return rc;
 }

@@ -38,6 +38,7 @@ static void print_job(const Traind__V1__Job *j) {
   printf("job        %s%s%s\n", j->id, j->spec && *j->spec->name ? "  " : "", j->spec ? j->spec->name : "");
   printf("state      %s%s%s\n", ctl_state_name(j->state), *j->error ? ": " : "", j->error);
   printf("priority   %d%s\n", j->priority, j->preempt ? " (preempts lower priorities)" : "");
+  printf("owner      %s\n", *j->owner ? j->owner : "(recorded before owners were)");
   printf("device     %s   attempts %d\n", j->device, j->attempts);
   printf("created    %s   started %s   finished %s\n", created, started, finished);
   if (j->model)

@@ -16,6 +16,8 @@ job *api_job(srv_call *c, traind *d, const char *job_id) {
     return NULL;
   }
   job *j = job_find(d, job_id);
+  // Another owner's job is answered as an unknown one: its id says nothing.
+  if (j && !owner_may(d, srv_call_caller(c), j)) j = NULL;
   if (!j) srv_fail(c, GRPC_STATUS_NOT_FOUND, "job_id: no job \"%s\"", job_id);
   return j;
 }
@@ -83,9 +85,14 @@ void api_list(srv_call *c, ProtobufCMessage *req) {
     srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "page_size: out of memory for %zu jobs", page);
     goto out;
   }
+  const srv_caller *who = srv_call_caller(c);
+  int admin = owner_admin(d, who);
+  char me[OWNER_MAX];
+  owner_name(who, me);
   size_t n = 0, i = hi;
   while (i > 0 && n < page) {
     const job *j = d->all[--i];
+    if (!admin && (!*j->owner || strcmp(j->owner, me))) continue;
     int match = r->n_states == 0;
     for (size_t k = 0; k < r->n_states && !match; k++) match = (job_state)r->states[k] == j->state;
     if (!match) continue;

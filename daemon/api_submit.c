@@ -45,7 +45,9 @@ void api_submit(srv_call *c, ProtobufCMessage *req) {
     api_refuse(c, &e);
     return;
   }
-  job *old = *r->request_id ? strmap_get(&d->by_request, r->request_id) : NULL;
+  char owner[OWNER_MAX];
+  owner_name(srv_call_caller(c), owner);
+  job *old = *r->request_id ? job_find_request(d, owner, r->request_id) : NULL;
   if (old) {
     retry(c, r, old);
     return;
@@ -67,11 +69,12 @@ void api_submit(srv_call *c, ProtobufCMessage *req) {
   int64_t total = plan.total_steps;
   spec_plan_free(&plan);
 
-  job *j = job_new(d, r, &model);
+  job *j = job_new(d, r, owner, &model);
   if (!j || job_insert(d, j)) {
     if (j) { // not indexed: give the spec back to the call, which frees it
       r->spec = j->spec;
       free(j->request_id);
+      free(j->request_key);
       free(j);
     }
     srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory");
@@ -88,7 +91,7 @@ void api_submit(srv_call *c, ProtobufCMessage *req) {
   }
   sched_enqueue(d, j);
   event_state(d, j, "submitted");
-  log_info("job %s: submitted%s%s (priority %d)", j->id, j->request_id ? " with request id " : "",
+  log_info("job %s: submitted by %s%s%s (priority %d)", j->id, j->owner, j->request_id ? " with request id " : "",
            j->request_id ? j->request_id : "", j->priority);
   reply(c, j, 1);
   if (j->preempt) sched_preempt_for(d, j);

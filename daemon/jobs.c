@@ -1,4 +1,5 @@
 // The job table: creation, ids, the indexes, records in storage.
+#define _GNU_SOURCE // asprintf
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +31,27 @@ static int64_t now_us(void) {
 
 job *job_find(traind *d, const char *id) { return strmap_get(&d->by_id, id); }
 
+// by_request's keys: request ids are the owner's own namespace.
+job *job_find_request(traind *d, const char *owner, const char *request_id) {
+  char key[OWNER_MAX + 256];
+  snprintf(key, sizeof key, "%s/%s", owner, request_id);
+  return strmap_get(&d->by_request, key);
+}
+
+// The job's owner and request id, its by_request key with them; -1 when out
+// of memory.
+static int job_owner_set(job *j, const char *owner, const char *request_id) {
+  snprintf(j->owner, sizeof j->owner, "%s", owner);
+  if (!*request_id) return 0;
+  j->request_id = strdup(request_id);
+  if (!j->request_id || asprintf(&j->request_key, "%s/%s", owner, request_id) < 0) {
+    free(j->request_id);
+    j->request_id = j->request_key = NULL;
+    return -1;
+  }
+  return 0;
+}
+
 int job_finished(const job *j) {
   return j->state == JS(SUCCEEDED) || j->state == JS(FAILED) || j->state == JS(CANCELLED);
 }
@@ -58,11 +80,11 @@ static int64_t job_id_us(const char *id) {
   return us;
 }
 
-job *job_new(traind *d, T(SubmitJobRequest) *req, const eng_config *model) {
+job *job_new(traind *d, T(SubmitJobRequest) *req, const char *owner, const eng_config *model) {
   job *j = calloc(1, sizeof *j);
   if (!j) return NULL;
   job_id_make(d, j->id);
-  if (*req->request_id && !(j->request_id = strdup(req->request_id))) {
+  if (job_owner_set(j, owner, req->request_id)) {
     free(j);
     return NULL;
   }
@@ -86,6 +108,7 @@ job *job_new(traind *d, T(SubmitJobRequest) *req, const eng_config *model) {
 static void job_free(job *j) {
   if (j->spec) protobuf_c_message_free_unpacked(&j->spec->base, NULL);
   free(j->request_id);
+  free(j->request_key);
   free(j->error);
   free(j->plan);
   free(j);
@@ -100,7 +123,7 @@ int job_insert(traind *d, job *j) {
     d->cap_all = cap;
   }
   if (strmap_put(&d->by_id, j->id, j)) return -1;
-  if (j->request_id && strmap_put(&d->by_request, j->request_id, j)) {
+  if (j->request_key && strmap_put(&d->by_request, j->request_key, j)) {
     strmap_del(&d->by_id, j->id);
     return -1;
   }
@@ -132,6 +155,7 @@ void job_pb(const job *j, int with_spec, T(Job) *out, T(ModelConfig) *model_buf,
   out->model = model_buf;
   out->parameters = j->params;
   out->plan = j->plan ? j->plan : "";
+  out->owner = (char *)j->owner;
 }
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *n) {
@@ -174,7 +198,7 @@ int job_delete(traind *d, job *j, eng_err *e) {
   events_job_gone(d, j);
   if (j->queued) sched_dequeue(d, j);
   strmap_del(&d->by_id, j->id);
-  if (j->request_id && strmap_get(&d->by_request, j->request_id) == j) strmap_del(&d->by_request, j->request_id);
+  if (j->request_key && strmap_get(&d->by_request, j->request_key) == j) strmap_del(&d->by_request, j->request_key);
   for (size_t i = 0; i < d->n_all; i++) {
     if (d->all[i] != j) continue;
     memmove(&d->all[i], &d->all[i + 1], (d->n_all - i - 1) * sizeof *d->all);
@@ -197,7 +221,6 @@ static job *job_from_record(const char *id, const void *buf, size_t n) {
     return NULL;
   }
   snprintf(j->id, sizeof j->id, "%s", id);
-  j->request_id = *r->request_id ? strdup(r->request_id) : NULL;
   j->spec = r->spec;
   r->spec = NULL;
   j->priority = r->priority;
@@ -225,6 +248,11 @@ static job *job_from_record(const char *id, const void *buf, size_t n) {
   spec_config_from_pb(r->model, &j->model);
   j->params = r->parameters;
   j->plan = *r->plan ? strdup(r->plan) : NULL;
+  if (job_owner_set(j, r->owner, r->request_id)) {
+    job_free(j);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return NULL;
+  }
   j->order = ((int64_t)(1000 - j->priority) << 43) | (j->created_ms - EPOCH_2024_MS);
   protobuf_c_message_free_unpacked(&r->base, NULL);
   return j;
@@ -274,7 +302,7 @@ int jobs_load(traind *d, eng_err *e) {
   if (d->n_all) qsort(d->all, d->n_all, sizeof *d->all, by_id);
   for (size_t i = 0; i < d->n_all; i++) {
     job *j = d->all[i];
-    if (strmap_put(&d->by_id, j->id, j) || (j->request_id && strmap_put(&d->by_request, j->request_id, j)))
+    if (strmap_put(&d->by_id, j->id, j) || (j->request_key && strmap_put(&d->by_request, j->request_key, j)))
       return eng_err_set(e, ENG_ENOMEM, "out of memory indexing the jobs");
     int64_t us = job_id_us(j->id);
     if (us > d->last_id_us) d->last_id_us = us;

@@ -262,6 +262,7 @@ static void print_config(const cfg *c) {
   printf("state_dir = %s\nsocket = %s\nsocket_mode = %04o\ntcp = %s\n", c->state_dir, c->socket_path, c->socket_mode,
          c->tcp ? c->tcp : "");
   for (int i = 0; i < c->n_roots; i++) printf("data_root = %s\n", c->roots[i]);
+  if (c->admin_group) printf("admin_group = %s\n", c->admin_group);
   printf("max_message_bytes = %d\nmax_connections = %d\nmax_streams = %d\nretention_jobs = %d\nretention_age_s = %lld\ndrain_timeout_s = %d\n"
          "checkpoint_every = %d\ncheckpoint_keep = %d\ncpu_memory_bytes = %lld\nmetrics_interval_ms = %d\n",
          c->max_message_bytes, c->max_connections, c->max_streams, c->retention_jobs, (long long)c->retention_age_s, c->drain_timeout_s,

@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "owner.h"
 #include "engine.h"
 #include "server.h"
 #include "storage/store.h"
@@ -30,7 +31,9 @@ typedef struct runner runner;
 
 typedef struct job {
   char id[STORE_JOB_MAX + 1];
-  char *request_id;             // NULL when the submission had none
+  char *request_id;             // NULL when the submission had none (unique per owner)
+  char owner[OWNER_MAX];        // daemon/owner.h
+  char *request_key;            // "owner/request_id", by_request's key; NULL with request_id
   Traind__V1__JobSpec *spec;    // as submitted (protobuf-c allocated, owned)
   int32_t priority;
   int preempt;
@@ -80,8 +83,10 @@ int64_t now_ms(void);
 
 // ---- jobs.c ----
 job *job_find(traind *d, const char *id);
+// The job an owner submitted with a request id, or NULL.
+job *job_find_request(traind *d, const char *owner, const char *request_id);
 // A new QUEUED job from a validated request (takes its spec). Not yet saved.
-job *job_new(traind *d, Traind__V1__SubmitJobRequest *req, const eng_config *model);
+job *job_new(traind *d, Traind__V1__SubmitJobRequest *req, const char *owner, const eng_config *model);
 // Adds to the table and indexes; -1 when out of memory.
 int job_insert(traind *d, job *j);
 // Writes the record (synced). Returns 0 or a negative code with e filled.
