@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "commit.h"
 
 #define T(x) Traind__V1__##x   // types
 #define K(x) TRAIND__V1__##x   // constants
@@ -30,6 +31,59 @@ void api_reply_job(srv_call *c, const job *j) {
   srv_reply(c, &pb.base);
 }
 
+static void reply_submit(srv_call *c, const job *j, int created) {
+  T(Job) pb;
+  T(ModelConfig) model;
+  T(Progress) progress;
+  job_pb(j, 1, &pb, &model, &progress);
+  T(SubmitJobResponse) resp = K(SUBMIT_JOB_RESPONSE__INIT);
+  resp.job = &pb;
+  resp.created = created;
+  srv_reply(c, &resp.base);
+}
+
+typedef struct durable {
+  srv_call *c; // NULL once the call is over (the client went away)
+  traind *d;
+  char id[STORE_JOB_MAX + 1];
+  int submit, created;
+} durable;
+
+static void durable_closed(srv_call *c, void *app) {
+  (void)c;
+  ((durable *)app)->c = NULL;
+}
+
+static void durable_done(void *arg, int rc, const char *err) {
+  durable *w = arg;
+  if (w->c) {
+    srv_on_close(w->c, NULL, NULL); // answered here: the waiter goes now
+    const job *j = job_find(w->d, w->id);
+    if (rc) srv_fail(w->c, GRPC_STATUS_UNAVAILABLE, "storage: %s", err);
+    else if (!j) srv_fail(w->c, GRPC_STATUS_NOT_FOUND, "job_id: job \"%s\" was removed by retention", w->id);
+    else if (w->submit) reply_submit(w->c, j, w->created);
+    else api_reply_job(w->c, j);
+  }
+  free(w);
+}
+
+void api_reply_durable(srv_call *c, const job *j, int submit, int created) {
+  traind *d = srv_call_data(c);
+  durable *w = calloc(1, sizeof *w);
+  if (!w) {
+    srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory");
+    return;
+  }
+  *w = (durable){c, d, "", submit, created};
+  snprintf(w->id, sizeof w->id, "%s", j->id);
+  srv_on_close(c, durable_closed, w);
+  if (commit_when_durable(d->commit, durable_done, w)) {
+    srv_on_close(c, NULL, NULL);
+    free(w);
+    srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory");
+  }
+}
+
 void api_get(srv_call *c, ProtobufCMessage *req) {
   T(GetJobRequest) *r = (T(GetJobRequest) *)req;
   val_err e;
@@ -53,7 +107,7 @@ void api_cancel(srv_call *c, ProtobufCMessage *req) {
   if (!j) return;
   const char *refusal;
   if (sched_cancel(d, j, &refusal)) srv_fail(c, GRPC_STATUS_FAILED_PRECONDITION, "%s", refusal);
-  else if ((j = job_find(d, r->job_id))) api_reply_job(c, j); // retention may have removed it already
+  else if ((j = job_find(d, r->job_id))) api_reply_durable(c, j, 0, 0); // retention may have removed it already
   else srv_fail(c, GRPC_STATUS_NOT_FOUND, "job_id: job \"%s\" was cancelled and removed by retention", r->job_id);
 }
 

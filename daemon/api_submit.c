@@ -10,17 +10,6 @@
 #define T(x) Traind__V1__##x   // types
 #define K(x) TRAIND__V1__##x   // constants
 
-static void reply(srv_call *c, const job *j, int created) {
-  T(Job) pb;
-  T(ModelConfig) model;
-  T(Progress) progress;
-  job_pb(j, 1, &pb, &model, &progress);
-  T(SubmitJobResponse) resp = K(SUBMIT_JOB_RESPONSE__INIT);
-  resp.job = &pb;
-  resp.created = created;
-  srv_reply(c, &resp.base);
-}
-
 // The same request_id again. The loop handles one call at a time, so a
 // retry that arrives while the first call is still being answered finds
 // the job that call created.
@@ -31,7 +20,7 @@ static void retry(srv_call *c, const T(SubmitJobRequest) *r, const job *j) {
   free(a);
   free(b);
   if (!a || !b) srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory comparing it");
-  else if (same) reply(c, j, 0);
+  else if (same) api_reply_durable(c, j, 1, 0); // the first call's answer may still wait for the disk
   else
     srv_fail(c, GRPC_STATUS_ALREADY_EXISTS, "request_id: \"%s\" was used for job %s with a different request",
              r->request_id, j->id);
@@ -93,7 +82,7 @@ void api_submit(srv_call *c, ProtobufCMessage *req) {
   event_state(d, j, "submitted");
   log_info("job %s: submitted by %s%s%s (priority %d)", j->id, j->owner, j->request_id ? " with request id " : "",
            j->request_id ? j->request_id : "", j->priority);
-  reply(c, j, 1);
+  api_reply_durable(c, j, 1, 1);
   if (j->preempt) sched_preempt_for(d, j);
   sched_kick(d);
   notify_status(d);

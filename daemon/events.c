@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "commit.h"
 #include "log.h"
 #include "traind.h"
 
@@ -29,6 +30,7 @@ static int append(traind *d, job *j, T(JobEvent) *ev) {
     log_err("job %s: recording an event failed: %s", j->id, e.msg);
     return rc;
   }
+  commit_wrote(d->commit);
   j->last_seq = seq;
   events_wake(d, j);
   return 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "commit.h"
 #include "log.h"
 #include "spec.h"
 #include "traind.h"
@@ -189,12 +190,14 @@ int job_save(traind *d, job *j, eng_err *e) {
   if (!buf) return eng_err_set(e, ENG_ENOMEM, "job %s: cannot allocate its record", j->id);
   int rc = store_job_put(d->st, j->id, buf, n, (uint32_t)j->state, j->state == JS(QUEUED) ? j->order : -1, e);
   free(buf);
+  if (!rc) commit_wrote(d->commit);
   return rc;
 }
 
 int job_delete(traind *d, job *j, eng_err *e) {
   int rc = store_job_delete(d->st, j->id, e);
   if (rc) return rc;
+  commit_wrote(d->commit);
   events_job_gone(d, j);
   if (j->queued) sched_dequeue(d, j);
   strmap_del(&d->by_id, j->id);

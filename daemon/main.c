@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "commit.h"
 #include "log.h"
 #include "planning.h"
 #include "traind.h"
@@ -49,6 +50,7 @@ static void close_handle(uv_handle_t *h) {
 static void on_server_stopped(void *arg) {
   traind *d = arg;
   sched_stop(d);
+  commit_stop(d->commit);
   close_handle((uv_handle_t *)&d->sig_term);
   close_handle((uv_handle_t *)&d->sig_int);
   close_handle((uv_handle_t *)&d->sig_hup);
@@ -306,8 +308,15 @@ static int start(traind *d) {
   }
   snprintf(path, sizeof path, "%s/db", d->cfg.state_dir);
   eng_err e = {0};
-  if (store_open(&d->st, path, NULL, &e)) {
+  store_options so;
+  store_options_defaults(&so);
+  so.group_commit = 1; // synced by daemon/commit.c, off the loop
+  if (store_open(&d->st, path, &so, &e)) {
     log_err("storage: %s", e.msg);
+    return -1;
+  }
+  if (commit_start(&d->commit, d->loop, d->st)) {
+    log_err("storage: cannot start the group-commit thread");
     return -1;
   }
   if (jobs_load(d, &e)) {
@@ -418,6 +427,7 @@ int main(int argc, char **argv) {
   }
   uv_run(d->loop, UV_RUN_DEFAULT);
   planning_close(d->planning);
+  commit_free(d->commit);
   if (d->st) store_close(d->st);
   jobs_free(d);
   cfg_free(&d->cfg);

@@ -64,6 +64,7 @@ typedef struct traind {
   cfg cfg, over;                // effective config; command-line overrides
   char *token;                  // bearer token for TCP (from token_file)
   store *st;
+  struct commit *commit;        // group commit of st's job and event writes (daemon/commit.h)
   srv *srv;
   runner *cpu;                  // the one runner until the engine has a GPU backend
   struct planning *planning;    // the planner's profile cache (daemon/planning.h)

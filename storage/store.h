@@ -53,6 +53,10 @@ typedef struct store_options {
   // Host memory used by spill stays under about their product.
   size_t act_buffer_bytes; // default 64 MiB
   int act_buffers;         // default 2
+  // Group commit: job records and events are written to the write-ahead log
+  // without waiting for the disk, and store_sync makes everything written
+  // before it durable with one sync. Default 0: each such write is synced.
+  int group_commit;
 } store_options;
 
 void store_options_defaults(store_options *o);
@@ -65,11 +69,15 @@ void store_options_defaults(store_options *o);
 // got their manifest and empties the act family. o may be NULL (defaults).
 int store_open(store **out, const char *dir, const store_options *o, eng_err *e);
 void store_close(store *s);
+// Makes every write made before the call durable (group_commit): one sync of
+// the write-ahead log, however many writes it covers.
+int store_sync(store *s, eng_err *e);
 
 // ---- jobs ---------------------------------------------------------------------
 // A job record is opaque bytes (the daemon encodes it). The store indexes
 // it by state (any number the caller uses) and, when order >= 0, by queue
-// order (ascending; ties broken by job id). Written with sync.
+// order (ascending; ties broken by job id). Written with sync, or for
+// store_sync to make durable (group_commit); so are deletions and events.
 int store_job_put(store *s, const char *job, const void *rec, size_t n, uint32_t state, int64_t order,
                   eng_err *e);
 // Returns 1 when there is no such job. *rec is malloc'd (free it); state
@@ -86,7 +94,7 @@ int store_job_scan_state(store *s, uint32_t state, store_job_fn fn, void *ctx, e
 int store_job_scan_queue(store *s, store_job_fn fn, void *ctx, eng_err *e);
 
 // ---- events -------------------------------------------------------------------
-// Appends one event (synced) and returns its sequence number in *seq
+// Appends one event (synced, or see group_commit) and returns its sequence number in *seq
 // (1, 2, ... per job).
 int store_event_append(store *s, const char *job, const void *ev, size_t n, uint64_t *seq, eng_err *e);
 // Calls fn for every event of the job with sequence >= from, in order,

@@ -182,6 +182,18 @@ void store_close(store *s) {
   free(s);
 }
 
+// Writes reach the log file (the OS) as they are made, so a process that
+// dies keeps them; the sync is for the machine that dies.
+int store_sync(store *s, eng_err *e) {
+  int rc = store_enter(s, e);
+  if (rc) return rc;
+  char *err = NULL;
+  rocksdb_flush_wal(s->db, 1, &err);
+  if (err) rc = store_rocks_err(s, err, 1, e, "syncing the write-ahead log");
+  store_leave(s);
+  return rc;
+}
+
 // Closes and opens the database again; on failure it stays closed and the
 // next store_enter tries again. Caller holds the lock exclusively.
 static int reopen(store *s, eng_err *e) {

@@ -38,7 +38,7 @@ int store_event_append(store *s, const char *job, const void *ev, size_t n, uint
   if (!rc) {
     skey k = key_event(job, last + 1);
     char *err = NULL;
-    rocksdb_put_cf(s->db, s->w_sync, s->cf[CF_EVENTS], k.b, k.n, ev, n, &err);
+    rocksdb_put_cf(s->db, s->w_rec, s->cf[CF_EVENTS], k.b, k.n, ev, n, &err);
     if (err) rc = store_rocks_err(s, err, 1, e, "job \"%s\": appending event %" PRIu64, job, last + 1);
     else if (seq) *seq = last + 1;
   }

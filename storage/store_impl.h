@@ -45,6 +45,7 @@ struct store {
   rocksdb_column_family_handle_t *def, *cf[CF_COUNT];
   rocksdb_options_t *dbo, *cfo[CF_COUNT];
   rocksdb_writeoptions_t *w_sync, *w_nowal;
+  rocksdb_writeoptions_t *w_rec; // job records and events: w_sync's, unsynced with group_commit
   rocksdb_readoptions_t *rd;
   // Skips RocksDB's own checksums, for the ckpt family, whose manifests and
   // shards carry the store's crc32c (so a damaged shard is named on load

@@ -89,7 +89,7 @@ int store_job_put(store *s, const char *job, const void *rec, size_t n, uint32_t
       rocksdb_writebatch_put_cf(b, s->cf[CF_JOBS], kq.b, kq.n, h.b, 4);
     }
     char *err = NULL;
-    rocksdb_write(s->db, s->w_sync, b, &err);
+    rocksdb_write(s->db, s->w_rec, b, &err);
     if (err) rc = store_rocks_err(s, err, 1, e, "writing job \"%s\"", job);
   }
   rocksdb_writebatch_destroy(b);
@@ -144,7 +144,7 @@ int store_job_delete(store *s, const char *job, eng_err *e) {
     delete_prefix(s, b, CF_CKPT, 'P', job);
     delete_prefix(s, b, CF_CKPT, 'D', job);
     char *err = NULL;
-    rocksdb_write(s->db, s->w_sync, b, &err);
+    rocksdb_write(s->db, s->w_rec, b, &err);
     if (err) rc = store_rocks_err(s, err, 1, e, "deleting job \"%s\"", job);
   }
   rocksdb_writebatch_destroy(b);

@@ -5,6 +5,7 @@
 void store_options_defaults(store_options *o) {
   o->act_buffer_bytes = (size_t)64 << 20;
   o->act_buffers = 2;
+  o->group_commit = 0;
 }
 
 // Values of at least this many bytes go to blob files in ckpt and act.
@@ -86,6 +87,8 @@ int store_options_make(store *s, eng_err *e) {
   rocksdb_writeoptions_set_sync(s->w_sync, 1);
   s->w_nowal = rocksdb_writeoptions_create();
   rocksdb_writeoptions_disable_WAL(s->w_nowal, 1);
+  s->w_rec = rocksdb_writeoptions_create();
+  rocksdb_writeoptions_set_sync(s->w_rec, !s->opt.group_commit);
   s->rd = rocksdb_readoptions_create();
   s->rd_nocheck = rocksdb_readoptions_create();
   rocksdb_readoptions_set_verify_checksums(s->rd_nocheck, 0);
@@ -104,6 +107,7 @@ void store_options_free(store *s) {
     if (s->cfo[i]) rocksdb_options_destroy(s->cfo[i]);
   if (s->w_sync) rocksdb_writeoptions_destroy(s->w_sync);
   if (s->w_nowal) rocksdb_writeoptions_destroy(s->w_nowal);
+  if (s->w_rec) rocksdb_writeoptions_destroy(s->w_rec);
   if (s->rd) rocksdb_readoptions_destroy(s->rd);
   if (s->rd_nocheck) rocksdb_readoptions_destroy(s->rd_nocheck);
   if (s->flush) rocksdb_flushoptions_destroy(s->flush);

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
 CLIENTS=${CLIENTS:-64}
 SUBMITS=${SUBMITS:-10000}
-root=$(mktemp -d "$PWD/$BUILD_DIR/api-bench-XXXXXX")
+root=$(mktemp -d "$(realpath "$BUILD_DIR")/api-bench-XXXXXX")
 pid=
 cleanup() {
   [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" || true
