@@ -36,8 +36,16 @@ static flood run_flood(const char *mode, int n) {
   fclose(f);
   printf("%-8s sent %ld, refused %ld, connection ended %ld, RSS %ld -> %ld KiB (+%ld KiB)\n", mode, r.sent,
          r.refused, r.ended, r.idle_kib, r.peak_kib, r.peak_kib - r.idle_kib);
+#ifndef __SANITIZE_ADDRESS__
   CHECK(r.peak_kib - r.idle_kib <= 64 * 1024, "%s: the daemon's RSS grew by %ld KiB (limit 64 MiB)", mode,
         r.peak_kib - r.idle_kib);
+#else
+  // Under ASan the loop handles calls tens of times slower, so the core
+  // queues more of a flood before the listener closes the connection, and
+  // freed memory sits in ASan's quarantine: the bound is the release
+  // build's (the test's first run); here the flood must still end.
+  printf("%s: RSS bound not checked under ASan\n", mode);
+#endif
   return r;
 }
 
