@@ -254,9 +254,11 @@ static void print_config(const cfg *c) {
          c->tcp ? c->tcp : "");
   for (int i = 0; i < c->n_roots; i++) printf("data_root = %s\n", c->roots[i]);
   printf("max_message_bytes = %d\nretention_jobs = %d\nretention_age_s = %lld\ndrain_timeout_s = %d\n"
-         "checkpoint_every = %d\ncheckpoint_keep = %d\ncpu_memory_bytes = %lld\nmetrics_interval_ms = %d\n",
+         "checkpoint_every = %d\ncheckpoint_keep = %d\ncpu_memory_bytes = %lld\nmetrics_interval_ms = %d\n"
+         "host_memory_bytes = %lld\nmax_crashes = %d\nmax_queued_jobs = %d\n",
          c->max_message_bytes, c->retention_jobs, (long long)c->retention_age_s, c->drain_timeout_s,
-         c->checkpoint_every, c->checkpoint_keep, (long long)c->cpu_memory_bytes, c->metrics_interval_ms);
+         c->checkpoint_every, c->checkpoint_keep, (long long)c->cpu_memory_bytes, c->metrics_interval_ms,
+         (long long)c->host_memory_bytes, c->max_crashes, c->max_queued_jobs);
 }
 
 static int start(traind *d) {

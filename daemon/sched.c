@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admit.h"
 #include "log.h"
 #include "runner.h"
 #include "spec.h"
@@ -70,6 +71,12 @@ static spec_defaults defaults_of(const traind *d) {
   return (spec_defaults){d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes};
 }
 
+static void fail(traind *d, job *j, const char *msg) {
+  free(j->error);
+  j->error = strdup(msg);
+  sched_set_state(d, j, JS(FAILED), msg);
+}
+
 void sched_kick(traind *d) {
   while (!d->draining && d->cpu && !runner_job(d->cpu) && d->qhead) {
     job *j = d->qhead;
@@ -80,9 +87,17 @@ void sched_kick(traind *d) {
     val_roots roots = {d->cfg.roots, d->cfg.n_roots};
     // Paths and roots may have changed since the submission: check again.
     if (spec_plan_build(j->spec, &j->model, &def, &roots, &plan, &ve)) {
-      free(j->error);
-      j->error = strdup(ve.msg);
-      sched_set_state(d, j, JS(FAILED), ve.msg);
+      fail(d, j, ve.msg);
+      continue;
+    }
+    // What is free now, not at the submission: a job that does not fit
+    // fails here rather than get the daemon OOM-killed (and again after
+    // every restart). A planned job is counted with its spec's uniform
+    // policy: its plan is made on the runner.
+    char why[sizeof ve.msg + 4400];
+    if (admit_host_memory(&plan.eng, d->cfg.host_memory_bytes, why, sizeof why)) {
+      spec_plan_free(&plan);
+      fail(d, j, why);
       continue;
     }
     // A resumed job runs the plan it was first planned with.
@@ -194,11 +209,7 @@ static void on_step(traind *d, job *j, const eng_metrics *m) {
 static void on_done(traind *d, job *j, const runner_msg *m) {
   switch (m->outcome) {
   case RUN_SUCCEEDED: sched_set_state(d, j, JS(SUCCEEDED), "trained to its budget"); break;
-  case RUN_FAILED:
-    free(j->error);
-    j->error = strdup(m->error);
-    sched_set_state(d, j, JS(FAILED), m->error);
-    break;
+  case RUN_FAILED: fail(d, j, m->error); break;
   case RUN_CANCELLED: {
     char reason[96];
     snprintf(reason, sizeof reason, "cancelled while running, after step %lld", (long long)m->step);
@@ -263,17 +274,30 @@ int sched_start(traind *d) {
   // Jobs the last daemon left running resume from their last checkpoint.
   for (size_t i = 0; i < d->n_all; i++) {
     job *j = d->all[i];
-    char reason[160];
+    char reason[256];
     if (j->state == JS(RUNNING)) {
+      // The daemon died while the job ran (a kill, the OOM killer, a bug):
+      // a job that brings it down every time must not do so forever and
+      // starve the queue behind it.
+      j->crashes++;
+      if (j->crashes >= d->cfg.max_crashes) {
+        snprintf(reason, sizeof reason, "the daemon died while running this job (%d times)", j->crashes);
+        fail(d, j, reason);
+        continue;
+      }
       // The store knows of a checkpoint committed just before the crash
       // that the record did not get to hear about.
       eng_err e = {0};
       int64_t step;
       if (store_ckpt_latest(d->st, j->id, &step, &e) == 0) j->ckpt_step = step;
-      if (j->ckpt_step >= 0)
-        snprintf(reason, sizeof reason, "interrupted by a daemon restart; resumes from the checkpoint at step %lld",
-                 (long long)j->ckpt_step);
-      else snprintf(reason, sizeof reason, "interrupted by a daemon restart before its first checkpoint; starts over");
+      int at = j->ckpt_step >= 0
+                   ? snprintf(reason, sizeof reason,
+                              "interrupted by a daemon restart; resumes from the checkpoint at step %lld",
+                              (long long)j->ckpt_step)
+                   : snprintf(reason, sizeof reason,
+                              "interrupted by a daemon restart before its first checkpoint; starts over");
+      snprintf(reason + at, sizeof reason - (size_t)at, " (the daemon died while it ran: %d time%s; at %d it fails)",
+               j->crashes, j->crashes == 1 ? "" : "s", d->cfg.max_crashes);
       sched_enqueue(d, j);
       sched_set_state(d, j, JS(QUEUED), reason);
     } else if (j->state == JS(CANCELLING)) {

@@ -43,6 +43,7 @@ typedef struct job {
   char *error;                  // NULL unless FAILED
   uint64_t last_seq;
   int32_t attempts;
+  int32_t crashes;              // daemon deaths while it ran (sched_start counts them)
   char device[16];
   eng_config model;
   int64_t params;
