@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "log.h"
 
@@ -141,6 +142,14 @@ int cfg_set(cfg *c, const char *key, const char *value, char *err, size_t errlen
 }
 
 static int load_file(cfg *c, const char *path, char *err, size_t errlen) {
+  // A directory opens and reads as nothing (glibc's fopen succeeds on one):
+  // it would pass for an empty config that refuses every job. (A FIFO would
+  // block the loop.)
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "%s: not a regular file%s", path, S_ISDIR(st.st_mode) ? " (a directory)" : "");
+    return -1;
+  }
   FILE *f = fopen(path, "r");
   if (!f) {
     snprintf(err, errlen, "%s: %s", path, strerror(errno));

@@ -120,6 +120,16 @@ static void on_hup(uv_signal_t *s, int signum) {
     cfg_free(&next);
     return;
   }
+  // A file caught empty or half-written (an editor's save, a config tool)
+  // would refuse every job: no data root where there were some.
+  if (next.n_roots == 0 && d->cfg.n_roots > 0) {
+    log_err("SIGHUP: keeping the current config: %s names no data_root, which would refuse every job (the current "
+            "config has %d)",
+            d->config_path ? d->config_path : "the command line", d->cfg.n_roots);
+    cfg_free(&next);
+    free(token);
+    return;
+  }
   // What the running process is built around stays as it is.
   const char *fixed[][3] = {{"state_dir", d->cfg.state_dir, next.state_dir},
                             {"socket", d->cfg.socket_path, next.socket_path},
@@ -150,6 +160,7 @@ static void on_hup(uv_signal_t *s, int signum) {
   free(d->token);
   d->token = token;
   if (d->cfg.tcp) srv_token_set(d->srv, d->token);
+  d->config_gen++; // the jobs held for their paths get another look
   log_info("SIGHUP: config reloaded (%d data roots, retention %d jobs / %lld s)", d->cfg.n_roots,
            d->cfg.retention_jobs, (long long)d->cfg.retention_age_s);
   retention_run(d);

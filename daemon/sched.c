@@ -3,6 +3,7 @@
 // drain through the runner's flags; the runner's reports turned into job
 // state, events and records.
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,19 +78,52 @@ static void fail(traind *d, job *j, const char *msg) {
   sched_set_state(d, j, JS(FAILED), msg);
 }
 
+// Whether the config in force, not the job, keeps it from starting: with
+// every path allowed and no default device cap it would start. Such a job
+// is held in the queue, not failed: a reload took its data root away (or
+// shrank cpu_memory_bytes), and another may give it back. A file that is
+// gone or unreadable is the job's own problem, and fails it.
+static int config_bars(traind *d, const job *j) {
+  char *everything[] = {"/"};
+  val_roots any = {everything, 1};
+  spec_defaults def = defaults_of(d);
+  def.cpu_memory_bytes = INT64_MAX / 2;
+  spec_plan p;
+  val_err e;
+  if (spec_plan_build(j->spec, &j->model, &def, &any, &p, &e)) return 0;
+  spec_plan_free(&p);
+  return 1;
+}
+
+static void hold(traind *d, job *j, const char *why) {
+  if (!j->held) {
+    event_log(d, j, "held in the queue: %s; it starts once a config reload allows it", why);
+    log_warn("job %s: held in the queue under this config: %s", j->id, why);
+  }
+  j->held = 1;
+  j->held_gen = d->config_gen;
+}
+
 void sched_kick(traind *d) {
-  while (!d->draining && d->cpu && !runner_job(d->cpu) && d->qhead) {
-    job *j = d->qhead;
-    sched_dequeue(d, j);
+  job *next;
+  for (job *j = d->qhead; j && !d->draining && d->cpu && !runner_job(d->cpu); j = next) {
+    next = j->qnext;
+    if (j->held && j->held_gen == d->config_gen) continue; // no reload since it was held
     spec_plan plan;
     val_err ve;
     spec_defaults def = defaults_of(d);
     val_roots roots = {d->cfg.roots, d->cfg.n_roots};
     // Paths and roots may have changed since the submission: check again.
     if (spec_plan_build(j->spec, &j->model, &def, &roots, &plan, &ve)) {
-      fail(d, j, ve.msg);
+      if (config_bars(d, j)) {
+        hold(d, j, ve.msg);
+      } else {
+        sched_dequeue(d, j);
+        fail(d, j, ve.msg);
+      }
       continue;
     }
+    j->held = 0;
     // What is free now, not at the submission: a job that does not fit
     // fails here rather than get the daemon OOM-killed (and again after
     // every restart). A planned job is counted with its spec's uniform
@@ -97,13 +131,13 @@ void sched_kick(traind *d) {
     char why[sizeof ve.msg + 4400];
     if (admit_host_memory(&plan.eng, d->cfg.host_memory_bytes, why, sizeof why)) {
       spec_plan_free(&plan);
+      sched_dequeue(d, j);
       fail(d, j, why);
       continue;
     }
     // A resumed job runs the plan it was first planned with.
     if (plan.use_planner && j->plan && !(plan.plan_json = strdup(j->plan))) {
       spec_plan_free(&plan);
-      sched_enqueue(d, j);
       log_err("job %s: out of memory starting it; it stays queued", j->id);
       return;
     }
@@ -114,10 +148,10 @@ void sched_kick(traind *d) {
     j->step_s = 0;
     if (runner_start(d->cpu, j->id, &plan)) {
       spec_plan_free(&plan);
-      sched_enqueue(d, j);
       log_err("job %s: out of memory starting it; it stays queued", j->id);
       return;
     }
+    sched_dequeue(d, j);
     char reason[128];
     snprintf(reason, sizeof reason, "started on %s (attempt %d)", j->device, j->attempts);
     sched_set_state(d, j, JS(RUNNING), reason);

@@ -54,11 +54,14 @@ typedef struct job {
   double step_s;                // smoothed seconds per step, for the ETA
   struct job *qprev, *qnext;    // the queue (only while QUEUED)
   int queued;
+  int held;                     // queued but not startable under this config (sched.c), until
+  int held_gen;                 //   traind.config_gen moves past this
 } job;
 
 typedef struct traind {
   uv_loop_t *loop;
   char *config_path;            // NULL: none
+  int config_gen;               // config reloads so far
   cfg cfg, over;                // effective config; command-line overrides
   char *token;                  // bearer token for TCP (from token_file)
   store *st;

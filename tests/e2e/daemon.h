@@ -39,6 +39,7 @@ struct td {
   char state[512], sock[600], log[600], conf[600];
   char extra[8][256]; // more daemon arguments
   int n_extra;
+  int roots_in_conf;  // 1: no --data-root flags; the data roots are the config file's (for reload tests)
   // The NOTIFY_SOCKET, read all the time by a thread: sd_notify blocks when
   // the receiver's queue is full, as systemd never lets it be.
   int notify_fd;
@@ -135,9 +136,9 @@ static inline void td_start(td *t) {
     char data[600], src[1100];
     snprintf(data, sizeof data, "%s/data", tmp_root);
     snprintf(src, sizeof src, "%s/data", TRAIND_SOURCE_DIR);
-    char *argv[32] = {t->bin_traind, "--config", t->conf, "--state-dir", t->state, "--data-root", data, "--data-root", src,
-                      "--set", "metrics_interval_ms=0"};
-    int k = 11;
+    char *argv[32] = {t->bin_traind, "--config", t->conf, "--state-dir", t->state, "--set", "metrics_interval_ms=0",
+                      "--data-root", data, "--data-root", src};
+    int k = t->roots_in_conf ? 7 : 11;
     for (int i = 0; i < t->n_extra; i++) argv[k++] = t->extra[i];
     argv[k] = NULL;
     execv(t->bin_traind, argv);
