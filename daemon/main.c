@@ -289,6 +289,7 @@ static int start(traind *d) {
     log_err("%s: %s", path, strerror(errno));
     return -1;
   }
+  api_export_scratch_clear(path);
   snprintf(path, sizeof path, "%s/db", d->cfg.state_dir);
   eng_err e = {0};
   if (store_open(&d->st, path, NULL, &e)) {
