@@ -296,6 +296,15 @@ static int start(traind *d) {
     log_err("storage: %s", e.msg);
     return -1;
   }
+  // Point-in-time recovery keeps the database whole and loses the writes
+  // made last (job records, events): say so, and how much.
+  for (const char *w = store_wal_dropped(d->st); w && *w;) {
+    size_t k = strcspn(w, "\n");
+    log_warn("storage: recovery dropped a write-ahead log tail that failed its checksum (the daemon's last writes "
+             "before it ended are lost; jobs are as of before them): %.*s",
+             (int)k, w);
+    w += k + (w[k] == '\n');
+  }
   if (jobs_load(d, &e)) {
     log_err("storage: loading the jobs: %s", e.msg);
     return -1;
