@@ -1,8 +1,8 @@
 // The daemon's configuration: a file of `key = value` lines ('#' starts a
 // comment; data_root may repeat), then command-line overrides. SIGHUP
 // rereads the file and applies what can change while running (data roots,
-// retention, defaults, token, log level); the rest needs a restart and the
-// daemon says so.
+// retention, defaults, limits, token, log level); the rest needs a restart
+// and the daemon says so. The file must be a regular file.
 #ifndef TRAIND_CONFIG_H
 #define TRAIND_CONFIG_H
 

@@ -33,7 +33,10 @@ static void usage(FILE *f) {
           "  --version          print the version\n"
           "\n"
           "Signals: SIGTERM/SIGINT drain (checkpoint and requeue the running job, exit 0),\n"
-          "SIGHUP rereads the config file. Logs go to stderr.\n"
+          "SIGHUP rereads the config file (kept as it was when the file is not a regular\n"
+          "file, has an error, or names no data_root where there were some).\n"
+          "Config keys and their defaults: deploy/traind.conf; --check-config prints them.\n"
+          "Logs go to stderr.\n"
           "Exit codes: 0 clean stop, 1 startup failed (the message says why), 2 bad usage.\n");
 }
 
