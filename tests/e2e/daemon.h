@@ -330,6 +330,13 @@ static inline Traind__V1__Job *td_wait_done(td *t, const char *id, double timeou
   }
 }
 
+// Waits until the job finishes, which it must do SUCCEEDED.
+static inline void td_wait_success(td *t, const char *id, double timeout_s) {
+  Traind__V1__Job *j = td_wait_done(t, id, timeout_s);
+  CHECK(j->state == TRAIND__V1__JOB_STATE__JOB_STATE_SUCCEEDED, "job %s ended %d: %s", id, j->state, j->error);
+  protobuf_c_message_free_unpacked(&j->base, NULL);
+}
+
 // Submits a job file with trainctl; returns the job id (static buffer).
 static inline const char *td_submit(td *t, const char *jobfile, const char *flags) {
   static char id[80];

@@ -8,8 +8,6 @@
 #include "jobfile.h"
 #include "pbset.h"
 
-#define K(x) TRAIND__V1__##x
-
 static td t;
 
 static int raw(const char *method, const uint8_t *bytes, size_t n, rpc_status *st) {
@@ -75,14 +73,10 @@ int main(void) {
             strstr(out, "2 jobs are queued, the limit (max_queued_jobs)"),
         "a third queued job: exit %d: %s", WEXITSTATUS(rc), out);
   CHECK(td_ctl(&t, NULL, 0, "cancel %s", a) == 0, "cancel %s", a);
-  Traind__V1__Job *j = td_wait_done(&t, q1, 120);
-  CHECK(j->state == K(JOB_STATE__JOB_STATE_SUCCEEDED), "job %s ended %d", q1, j->state);
-  protobuf_c_message_free_unpacked(&j->base, NULL);
+  td_wait_success(&t, q1, 120);
   char q3id[80];
   snprintf(q3id, sizeof q3id, "%s", td_submit(&t, q3, NULL));
-  j = td_wait_done(&t, q3id, 120);
-  CHECK(j->state == K(JOB_STATE__JOB_STATE_SUCCEEDED), "job %s ended %d", q3id, j->state);
-  protobuf_c_message_free_unpacked(&j->base, NULL);
+  td_wait_success(&t, q3id, 120);
   printf("NUL bytes refused (job_id, spec.name); the third queued job refused: %s", out);
   td_finish(&t);
   return 0;

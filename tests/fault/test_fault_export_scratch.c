@@ -6,8 +6,6 @@
 
 #include "e2e/daemon.h"
 
-#define K(x) TRAIND__V1__##x
-
 static int entries(const char *dir) {
   DIR *d = opendir(dir);
   CHECK(d, "opendir %s", dir);
@@ -24,9 +22,7 @@ int main(void) {
   td_start(&t);
   char a[80];
   snprintf(a, sizeof a, "%s", td_submit(&t, td_jobfile("export.yaml", 4, 2, NULL), NULL));
-  Traind__V1__Job *j = td_wait_done(&t, a, 120);
-  CHECK(j->state == K(JOB_STATE__JOB_STATE_SUCCEEDED), "job %s ended %d", a, j->state);
-  protobuf_c_message_free_unpacked(&j->base, NULL);
+  td_wait_success(&t, a, 120);
   td_stop(&t, SIGKILL, 10, NULL);
 
   // What an export killed mid-way leaves: its directory, a file half written.

@@ -7,17 +7,13 @@
 
 #include "e2e/daemon.h"
 
-#define K(x) TRAIND__V1__##x
-
 int main(void) {
   td t;
   td_init(&t);
   td_start(&t);
   char a[80];
   snprintf(a, sizeof a, "%s", td_submit(&t, td_jobfile("wal.yaml", 4, 2, NULL), NULL));
-  Traind__V1__Job *j = td_wait_done(&t, a, 120);
-  CHECK(j->state == K(JOB_STATE__JOB_STATE_SUCCEEDED), "job %s ended %d", a, j->state);
-  protobuf_c_message_free_unpacked(&j->base, NULL);
+  td_wait_success(&t, a, 120);
   td_stop(&t, SIGKILL, 10, NULL);
 
   // The newest non-empty WAL file: one byte of its last record flipped.
@@ -52,15 +48,13 @@ int main(void) {
   snprintf(want, sizeof want, "%s: dropping ", wal);
   CHECK(td_log_count(&t, want) == 1 && td_log_count(&t, " bytes; Corruption: checksum mismatch") == 1,
         "the log does not name %s and the bytes dropped (see %s)", wal, t.log);
-  j = td_get(&t, a);
+  Traind__V1__Job *j = td_get(&t, a);
   CHECK(j, "job %s is gone after the recovery", a);
   protobuf_c_message_free_unpacked(&j->base, NULL);
   // The database takes writes again: a new job runs.
   char b[80];
   snprintf(b, sizeof b, "%s", td_submit(&t, td_jobfile("after.yaml", 4, 2, NULL), NULL));
-  j = td_wait_done(&t, b, 120);
-  CHECK(j->state == K(JOB_STATE__JOB_STATE_SUCCEEDED), "job %s ended %d", b, j->state);
-  protobuf_c_message_free_unpacked(&j->base, NULL);
+  td_wait_success(&t, b, 120);
   printf("the dropped tail was logged; job %s kept, job %s ran after the recovery\n", a, b);
   td_finish(&t);
   return 0;
