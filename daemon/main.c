@@ -73,6 +73,7 @@ static void on_drain_timeout(uv_timer_t *t) {
   log_err("drain: the running job did not checkpoint within %d s; exiting anyway (it resumes from its last "
           "checkpoint after a restart)",
           d->cfg.drain_timeout_s);
+  sched_abandon(d);
   _exit(0);
 }
 

@@ -208,6 +208,16 @@ void sched_drain(traind *d, void (*done)(traind *d)) {
   runner_stop(d->cpu);
 }
 
+void sched_abandon(traind *d) {
+  const char *id = sched_running_id(d);
+  job *r = id ? job_find(d, id) : NULL;
+  // Back in the queue in its record: the restart must not count this as
+  // the daemon dying under the job (max_crashes).
+  if (r && r->state == JS(RUNNING))
+    sched_set_state(d, r, JS(QUEUED), "the daemon's drain timed out before the job checkpointed; it resumes from "
+                                      "its last checkpoint after the restart");
+}
+
 // ---- the runner's reports -----------------------------------------------------------
 
 static void on_step(traind *d, job *j, const eng_metrics *m) {

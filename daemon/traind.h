@@ -129,6 +129,9 @@ int sched_cancel(traind *d, job *j, const char **refusal);
 void sched_preempt_for(traind *d, job *j);
 // SIGTERM: stop the running job with a checkpoint; done() when idle.
 void sched_drain(traind *d, void (*done)(traind *d));
+// The drain ran out of time: records the running job as queued again
+// before the process exits under it.
+void sched_abandon(traind *d);
 int sched_start(traind *d);
 void sched_stop(traind *d);
 const char *sched_running_id(traind *d);
