@@ -35,18 +35,10 @@ static int64_t cg_num(const char *dir, const char *file) {
   return ok ? (int64_t)v : -1;
 }
 
-typedef struct cg_room {
-  char dir[4200]; // the cgroup whose limit leaves the least room ("" when none has a limit)
-  int64_t max, current;
-} cg_room;
-
-// The daemon's cgroup v2 (the "0::" line of /proc/self/cgroup), mounted at
-// /sys/fs/cgroup (or /sys/fs/cgroup/unified on a hybrid host): of it and
-// every cgroup above it with a memory.max, the one with the least room.
-static void cgroup_room(cg_room *r) {
-  memset(r, 0, sizeof *r);
-  FILE *f = fopen("/proc/self/cgroup", "r");
-  if (!f) return;
+int admit_cgroup_room(const char *proc_cgroup, const char *const *mounts, int n_mounts, admit_cgroup *out) {
+  memset(out, 0, sizeof *out);
+  FILE *f = fopen(proc_cgroup, "r");
+  if (!f) return -1;
   char line[4096], rel[4096] = "";
   int found = 0;
   while (!found && fgets(line, sizeof line, f))
@@ -56,25 +48,25 @@ static void cgroup_room(cg_room *r) {
       found = 1;
     }
   fclose(f);
-  if (!found) return;
-  static const char *mounts[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"};
-  for (size_t m = 0; m < sizeof mounts / sizeof mounts[0]; m++) {
+  if (!found) return -1;
+  for (int m = 0; m < n_mounts; m++) {
     char dir[4200];
-    snprintf(dir, sizeof dir, "%s%s", mounts[m], rel);
-    if (cg_num(dir, "memory.current") < 0 && strcmp(rel, "/")) continue; // not mounted here
+    snprintf(dir, sizeof dir, "%s%s", mounts[m], strcmp(rel, "/") ? rel : "");
+    if (cg_num(dir, "memory.current") < 0) continue; // not mounted here (the root has none either: no limit)
     for (;;) {
       int64_t max = cg_num(dir, "memory.max"), cur = cg_num(dir, "memory.current");
-      if (max >= 0 && cur >= 0 && (!*r->dir || max - cur < r->max - r->current)) {
-        snprintf(r->dir, sizeof r->dir, "%s", dir);
-        r->max = max;
-        r->current = cur;
+      if (max >= 0 && cur >= 0 && (!*out->dir || max - cur < out->max - out->current)) {
+        snprintf(out->dir, sizeof out->dir, "%s", dir);
+        out->max = max;
+        out->current = cur;
       }
       char *slash = strrchr(dir, '/');
       if (!slash || (size_t)(slash - dir) < strlen(mounts[m])) break;
       *slash = 0;
     }
-    return;
+    break;
   }
+  return *out->dir ? 0 : -1;
 }
 
 int admit_host_memory(const eng_spec *s, int64_t budget, char *why, size_t n) {
@@ -82,9 +74,10 @@ int admit_host_memory(const eng_spec *s, int64_t budget, char *why, size_t n) {
   eng_err e = {0};
   if (eng_spec_host_bytes(s, &need_u, &e)) return 0;
   int64_t need = (int64_t)need_u, avail = meminfo("MemAvailable");
-  cg_room cg;
-  cgroup_room(&cg);
-  int64_t room = cg.dir[0] ? cg.max - cg.current : -1;
+  // The v2 hierarchy, or its unified part on a hybrid host.
+  static const char *const mounts[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"};
+  admit_cgroup cg;
+  int64_t room = admit_cgroup_room("/proc/self/cgroup", mounts, 2, &cg) ? -1 : cg.max - cg.current;
   int over = (budget > 0 && need > budget) || (avail >= 0 && need > avail) || (room >= 0 && need > room);
   if (!over) return 0;
   char b[64] = "not set", a[64] = "unknown", c[4400] = "no cgroup v2 memory limit";

@@ -19,4 +19,15 @@
 // engine's own message).
 int admit_host_memory(const eng_spec *s, int64_t budget, char *why, size_t n);
 
+// The cgroup v2 memory room behind that: of the cgroup that proc_cgroup (a
+// /proc/<pid>/cgroup file) names on its "0::" line, mounted under the first
+// of mounts that has it, and of every cgroup above it, the one whose
+// memory.max less memory.current is least. 0 with *out filled; -1 when no
+// cgroup there has a memory.max (no v2, no limit).
+typedef struct admit_cgroup {
+  char dir[4200];
+  int64_t max, current;
+} admit_cgroup;
+int admit_cgroup_room(const char *proc_cgroup, const char *const *mounts, int n_mounts, admit_cgroup *out);
+
 #endif
