@@ -39,7 +39,9 @@ static void print_job(const Traind__V1__Job *j) {
   printf("state      %s%s%s\n", ctl_state_name(j->state), *j->error ? ": " : "", j->error);
   printf("priority   %d%s\n", j->priority, j->preempt ? " (preempts lower priorities)" : "");
   printf("owner      %s\n", *j->owner ? j->owner : "(recorded before owners were)");
-  printf("device     %s   attempts %d\n", j->device, j->attempts);
+  printf("device     %s   attempts %d", j->device, j->attempts);
+  if (j->crashes) printf("   the daemon died while running it %d time%s", j->crashes, j->crashes == 1 ? "" : "s");
+  printf("\n");
   printf("created    %s   started %s   finished %s\n", created, started, finished);
   if (j->model)
     printf("model      %s, %d layers, hidden %d, vocab %d, %lld parameters\n",

@@ -21,6 +21,10 @@ void api_node(srv_call *c, ProtobufCMessage *req);
 void api_health_check(srv_call *c, ProtobufCMessage *req);
 void api_health_watch(srv_call *c, ProtobufCMessage *req);
 
+// At startup: removes what exports left in scratch (<state_dir>/export) when
+// the daemon died in the middle of one; each export makes a new directory.
+void api_export_scratch_clear(const char *scratch);
+
 // Answers a refusal from validation.
 void api_refuse(srv_call *c, const val_err *e);
 // The job named by a request's job_id, or NULL after answering NOT_FOUND.

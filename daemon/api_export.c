@@ -60,6 +60,24 @@ static void cleanup_dir(const char *dir) {
   rmdir(dir);
 }
 
+void api_export_scratch_clear(const char *scratch) {
+  DIR *dd = opendir(scratch);
+  if (!dd) return;
+  struct dirent *de;
+  char path[4200]; // cleanup_dir appends a name to it
+  int n = 0;
+  while ((de = readdir(dd))) {
+    if (de->d_name[0] == '.') continue;
+    if (snprintf(path, sizeof path, "%s/%s", scratch, de->d_name) >= (int)sizeof path) continue;
+    cleanup_dir(path);
+    unlink(path); // not a directory after all
+    n++;
+  }
+  closedir(dd);
+  if (n) log_info("removed %d export leftover%s in %s (exports cut short by the daemon's end)", n, n == 1 ? "" : "s",
+                  scratch);
+}
+
 static void ctx_free(export_ctx *x) {
   if (x->fd >= 0) close(x->fd);
   if (x->dir[0]) cleanup_dir(x->dir);

@@ -45,6 +45,11 @@ void api_submit(srv_call *c, ProtobufCMessage *req) {
     srv_fail(c, GRPC_STATUS_UNAVAILABLE, "traind is shutting down; submit again after its restart");
     return;
   }
+  if (d->n_queued >= d->cfg.max_queued_jobs) {
+    srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "queue: %d jobs are queued, the limit (max_queued_jobs); submit again "
+             "once some have run", d->n_queued);
+    return;
+  }
 
   val_roots roots = {d->cfg.roots, d->cfg.n_roots};
   eng_config model;

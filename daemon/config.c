@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "log.h"
 
@@ -15,7 +16,8 @@ void cfg_unset(cfg *o) {
   o->max_connections = o->max_streams = -1;
   o->max_message_bytes = o->retention_jobs = o->drain_timeout_s = -1;
   o->checkpoint_every = o->checkpoint_keep = o->metrics_interval_ms = o->log_level = -1;
-  o->retention_age_s = o->cpu_memory_bytes = -1;
+  o->retention_age_s = o->cpu_memory_bytes = o->host_memory_bytes = -1;
+  o->max_crashes = o->max_queued_jobs = -1;
 }
 
 void cfg_free(cfg *c) {
@@ -100,6 +102,9 @@ static int apply(cfg *c, const char *key, const char *v, char *err, size_t errle
   INT_KEY("checkpoint_keep", 1, 1000, 0, checkpoint_keep)
   INT_KEY("cpu_memory_bytes", 1 << 20, INT64_C(1) << 50, 1, cpu_memory_bytes)
   INT_KEY("metrics_interval_ms", 0, 3600000, 0, metrics_interval_ms)
+  INT_KEY("host_memory_bytes", 0, INT64_C(1) << 50, 1, host_memory_bytes)
+  INT_KEY("max_crashes", 1, 1000, 0, max_crashes)
+  INT_KEY("max_queued_jobs", 1, 10000000, 0, max_queued_jobs)
 #undef INT_KEY
   if (!strcmp(key, "socket_mode")) {
     char *end;
@@ -142,6 +147,14 @@ int cfg_set(cfg *c, const char *key, const char *value, char *err, size_t errlen
 }
 
 static int load_file(cfg *c, const char *path, char *err, size_t errlen) {
+  // A directory opens and reads as nothing (glibc's fopen succeeds on one):
+  // it would pass for an empty config that refuses every job. (A FIFO would
+  // block the loop.)
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "%s: not a regular file%s", path, S_ISDIR(st.st_mode) ? " (a directory)" : "");
+    return -1;
+  }
   FILE *f = fopen(path, "r");
   if (!f) {
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -210,6 +223,9 @@ int cfg_load(cfg *c, const char *path, const cfg *over, char *err, size_t errlen
   c->checkpoint_keep = 2;
   c->cpu_memory_bytes = INT64_C(1) << 30;
   c->metrics_interval_ms = 1000;
+  c->host_memory_bytes = 0;
+  c->max_crashes = 3;
+  c->max_queued_jobs = 10000;
   c->log_level = LOG_LVL_INFO;
   if (path && load_file(c, path, err, errlen)) return -1;
   if (over) {
@@ -228,8 +244,9 @@ int cfg_load(cfg *c, const char *path, const cfg *over, char *err, size_t errlen
     if (over->socket_mode != UINT32_MAX) c->socket_mode = over->socket_mode;
 #define NUM(f)                                                                                       \
   if (over->f >= 0) c->f = over->f;
-    NUM(max_message_bytes) NUM(max_connections) NUM(max_streams) NUM(retention_jobs) NUM(retention_age_s) NUM(drain_timeout_s) NUM(checkpoint_every)
-    NUM(checkpoint_keep) NUM(cpu_memory_bytes) NUM(metrics_interval_ms) NUM(log_level)
+    NUM(max_message_bytes) NUM(max_connections) NUM(max_streams) NUM(retention_jobs) NUM(retention_age_s)
+    NUM(drain_timeout_s) NUM(checkpoint_every) NUM(checkpoint_keep) NUM(cpu_memory_bytes) NUM(metrics_interval_ms)
+    NUM(log_level) NUM(host_memory_bytes) NUM(max_crashes) NUM(max_queued_jobs)
 #undef NUM
   }
   return finish(c, err, errlen);

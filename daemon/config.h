@@ -1,8 +1,8 @@
 // The daemon's configuration: a file of `key = value` lines ('#' starts a
 // comment; data_root may repeat), then command-line overrides. SIGHUP
 // rereads the file and applies what can change while running (data roots,
-// retention, defaults, token, log level); the rest needs a restart and the
-// daemon says so.
+// retention, defaults, limits, token, log level); the rest needs a restart
+// and the daemon says so. The file must be a regular file.
 #ifndef TRAIND_CONFIG_H
 #define TRAIND_CONFIG_H
 
@@ -34,6 +34,10 @@ typedef struct cfg {
   int checkpoint_keep;      // default CheckpointSpec.keep (2)
   int64_t cpu_memory_bytes; // default device arena of cpu jobs (1 GiB)
   int metrics_interval_ms;  // least time between recorded step events (1000; 0 = every step)
+  int64_t host_memory_bytes; // host memory a job may take when it starts (0, the default: what
+                            // the machine and the daemon's cgroup have available then)
+  int max_crashes;          // a job during which the daemon died this many times fails (3)
+  int max_queued_jobs;      // submissions beyond this many queued jobs are refused (10000)
   int log_level;            // LOG_LVL_*
 } cfg;
 

@@ -151,6 +151,7 @@ void job_pb(const job *j, int with_spec, T(Job) *out, T(ModelConfig) *model_buf,
   out->error = j->error ? j->error : "";
   out->last_seq = j->last_seq;
   out->attempts = j->attempts;
+  out->crashes = j->crashes;
   out->device = (char *)j->device;
   spec_config_to_pb(&j->model, model_buf);
   out->model = model_buf;
@@ -247,6 +248,7 @@ static job *job_from_record(const char *id, const void *buf, size_t n) {
   j->error = *r->error ? strdup(r->error) : NULL;
   j->last_seq = r->last_seq;
   j->attempts = r->attempts;
+  j->crashes = r->crashes;
   snprintf(j->device, sizeof j->device, "%s", r->device);
   spec_config_from_pb(r->model, &j->model);
   j->params = r->parameters;

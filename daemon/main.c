@@ -35,7 +35,10 @@ static void usage(FILE *f) {
           "  --version          print the version\n"
           "\n"
           "Signals: SIGTERM/SIGINT drain (checkpoint and requeue the running job, exit 0),\n"
-          "SIGHUP rereads the config file. Logs go to stderr.\n"
+          "SIGHUP rereads the config file (kept as it was when the file is not a regular\n"
+          "file, has an error, or names no data_root where there were some).\n"
+          "Config keys and their defaults: deploy/traind.conf; --check-config prints them.\n"
+          "Logs go to stderr.\n"
           "Exit codes: 0 clean stop, 1 startup failed (the message says why), 2 bad usage.\n");
 }
 
@@ -73,6 +76,7 @@ static void on_drain_timeout(uv_timer_t *t) {
   log_err("drain: the running job did not checkpoint within %d s; exiting anyway (it resumes from its last "
           "checkpoint after a restart)",
           d->cfg.drain_timeout_s);
+  sched_abandon(d);
   _exit(0);
 }
 
@@ -123,6 +127,16 @@ static void on_hup(uv_signal_t *s, int signum) {
     cfg_free(&next);
     return;
   }
+  // A file caught empty or half-written (an editor's save, a config tool)
+  // would refuse every job: no data root where there were some.
+  if (next.n_roots == 0 && d->cfg.n_roots > 0) {
+    log_err("SIGHUP: keeping the current config: %s names no data_root, which would refuse every job (the current "
+            "config has %d)",
+            d->config_path ? d->config_path : "the command line", d->cfg.n_roots);
+    cfg_free(&next);
+    free(token);
+    return;
+  }
   // What the running process is built around stays as it is.
   const char *fixed[][3] = {{"state_dir", d->cfg.state_dir, next.state_dir},
                             {"socket", d->cfg.socket_path, next.socket_path},
@@ -161,6 +175,7 @@ static void on_hup(uv_signal_t *s, int signum) {
   free(d->token);
   d->token = token;
   if (d->cfg.tcp) srv_token_set(d->srv, d->token);
+  d->config_gen++; // the jobs held for their paths get another look
   log_info("SIGHUP: config reloaded (%d data roots, retention %d jobs / %lld s)", d->cfg.n_roots,
            d->cfg.retention_jobs, (long long)d->cfg.retention_age_s);
   retention_run(d);
@@ -265,10 +280,12 @@ static void print_config(const cfg *c) {
          c->tcp ? c->tcp : "");
   for (int i = 0; i < c->n_roots; i++) printf("data_root = %s\n", c->roots[i]);
   if (c->admin_group) printf("admin_group = %s\n", c->admin_group);
-  printf("max_message_bytes = %d\nmax_connections = %d\nmax_streams = %d\nretention_jobs = %d\nretention_age_s = %lld\ndrain_timeout_s = %d\n"
-         "checkpoint_every = %d\ncheckpoint_keep = %d\ncpu_memory_bytes = %lld\nmetrics_interval_ms = %d\n",
-         c->max_message_bytes, c->max_connections, c->max_streams, c->retention_jobs, (long long)c->retention_age_s, c->drain_timeout_s,
-         c->checkpoint_every, c->checkpoint_keep, (long long)c->cpu_memory_bytes, c->metrics_interval_ms);
+  printf("max_message_bytes = %d\nmax_connections = %d\nmax_streams = %d\nretention_jobs = %d\nretention_age_s = %lld\n"
+         "drain_timeout_s = %d\ncheckpoint_every = %d\ncheckpoint_keep = %d\ncpu_memory_bytes = %lld\n"
+         "metrics_interval_ms = %d\nhost_memory_bytes = %lld\nmax_crashes = %d\nmax_queued_jobs = %d\n",
+         c->max_message_bytes, c->max_connections, c->max_streams, c->retention_jobs, (long long)c->retention_age_s,
+         c->drain_timeout_s, c->checkpoint_every, c->checkpoint_keep, (long long)c->cpu_memory_bytes,
+         c->metrics_interval_ms, (long long)c->host_memory_bytes, c->max_crashes, c->max_queued_jobs);
 }
 
 // Descriptors: the soft limit raised to the hard one (systemd's soft 1024
@@ -306,6 +323,7 @@ static int start(traind *d) {
     log_err("%s: %s", path, strerror(errno));
     return -1;
   }
+  api_export_scratch_clear(path);
   snprintf(path, sizeof path, "%s/db", d->cfg.state_dir);
   eng_err e = {0};
   store_options so;
@@ -318,6 +336,15 @@ static int start(traind *d) {
   if (commit_start(&d->commit, d->loop, d->st)) {
     log_err("storage: cannot start the group-commit thread");
     return -1;
+  }
+  // Point-in-time recovery keeps the database whole and loses the writes
+  // made last (job records, events): say so, and how much.
+  for (const char *w = store_wal_dropped(d->st); w && *w;) {
+    size_t k = strcspn(w, "\n");
+    log_warn("storage: recovery dropped a write-ahead log tail that failed its checksum (the daemon's last writes "
+             "before it ended are lost; jobs are as of before them): %.*s",
+             (int)k, w);
+    w += k + (w[k] == '\n');
   }
   if (jobs_load(d, &e)) {
     log_err("storage: loading the jobs: %s", e.msg);

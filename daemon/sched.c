@@ -3,10 +3,12 @@
 // drain through the runner's flags; the runner's reports turned into job
 // state, events and records.
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "admit.h"
 #include "log.h"
 #include "runner.h"
 #include "spec.h"
@@ -70,25 +72,72 @@ static spec_defaults defaults_of(const traind *d) {
   return (spec_defaults){d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes};
 }
 
+static void fail(traind *d, job *j, const char *msg) {
+  free(j->error);
+  j->error = strdup(msg);
+  sched_set_state(d, j, JS(FAILED), msg);
+}
+
+// Whether the config in force, not the job, keeps it from starting: with
+// every path allowed and no default device cap it would start. Such a job
+// is held in the queue, not failed: a reload took its data root away (or
+// shrank cpu_memory_bytes), and another may give it back. A file that is
+// gone or unreadable is the job's own problem, and fails it.
+static int config_bars(traind *d, const job *j) {
+  char *everything[] = {"/"};
+  val_roots any = {everything, 1};
+  spec_defaults def = defaults_of(d);
+  def.cpu_memory_bytes = INT64_MAX / 2;
+  spec_plan p;
+  val_err e;
+  if (spec_plan_build(j->spec, &j->model, &def, &any, &p, &e)) return 0;
+  spec_plan_free(&p);
+  return 1;
+}
+
+static void hold(traind *d, job *j, const char *why) {
+  if (!j->held) {
+    event_log(d, j, "held in the queue: %s; it starts once a config reload allows it", why);
+    log_warn("job %s: held in the queue under this config: %s", j->id, why);
+  }
+  j->held = 1;
+  j->held_gen = d->config_gen;
+}
+
 void sched_kick(traind *d) {
-  while (!d->draining && d->cpu && !runner_job(d->cpu) && d->qhead) {
-    job *j = d->qhead;
-    sched_dequeue(d, j);
+  job *next;
+  for (job *j = d->qhead; j && !d->draining && d->cpu && !runner_job(d->cpu); j = next) {
+    next = j->qnext;
+    if (j->held && j->held_gen == d->config_gen) continue; // no reload since it was held
     spec_plan plan;
     val_err ve;
     spec_defaults def = defaults_of(d);
     val_roots roots = {d->cfg.roots, d->cfg.n_roots};
     // Paths and roots may have changed since the submission: check again.
     if (spec_plan_build(j->spec, &j->model, &def, &roots, &plan, &ve)) {
-      free(j->error);
-      j->error = strdup(ve.msg);
-      sched_set_state(d, j, JS(FAILED), ve.msg);
+      if (config_bars(d, j)) {
+        hold(d, j, ve.msg);
+      } else {
+        sched_dequeue(d, j);
+        fail(d, j, ve.msg);
+      }
+      continue;
+    }
+    j->held = 0;
+    // What is free now, not at the submission: a job that does not fit
+    // fails here rather than get the daemon OOM-killed (and again after
+    // every restart). A planned job is counted with its spec's uniform
+    // policy: its plan is made on the runner.
+    char why[sizeof ve.msg + 4400];
+    if (admit_host_memory(&plan.eng, d->cfg.host_memory_bytes, why, sizeof why)) {
+      spec_plan_free(&plan);
+      sched_dequeue(d, j);
+      fail(d, j, why);
       continue;
     }
     // A resumed job runs the plan it was first planned with.
     if (plan.use_planner && j->plan && !(plan.plan_json = strdup(j->plan))) {
       spec_plan_free(&plan);
-      sched_enqueue(d, j);
       log_err("job %s: out of memory starting it; it stays queued", j->id);
       return;
     }
@@ -99,10 +148,10 @@ void sched_kick(traind *d) {
     j->step_s = 0;
     if (runner_start(d->cpu, j->id, &plan)) {
       spec_plan_free(&plan);
-      sched_enqueue(d, j);
       log_err("job %s: out of memory starting it; it stays queued", j->id);
       return;
     }
+    sched_dequeue(d, j);
     char reason[128];
     snprintf(reason, sizeof reason, "started on %s (attempt %d)", j->device, j->attempts);
     sched_set_state(d, j, JS(RUNNING), reason);
@@ -159,6 +208,16 @@ void sched_drain(traind *d, void (*done)(traind *d)) {
   runner_stop(d->cpu);
 }
 
+void sched_abandon(traind *d) {
+  const char *id = sched_running_id(d);
+  job *r = id ? job_find(d, id) : NULL;
+  // Back in the queue in its record: the restart must not count this as
+  // the daemon dying under the job (max_crashes).
+  if (r && r->state == JS(RUNNING))
+    sched_set_state(d, r, JS(QUEUED), "the daemon's drain timed out before the job checkpointed; it resumes from "
+                                      "its last checkpoint after the restart");
+}
+
 // ---- the runner's reports -----------------------------------------------------------
 
 static void on_step(traind *d, job *j, const eng_metrics *m) {
@@ -194,11 +253,7 @@ static void on_step(traind *d, job *j, const eng_metrics *m) {
 static void on_done(traind *d, job *j, const runner_msg *m) {
   switch (m->outcome) {
   case RUN_SUCCEEDED: sched_set_state(d, j, JS(SUCCEEDED), "trained to its budget"); break;
-  case RUN_FAILED:
-    free(j->error);
-    j->error = strdup(m->error);
-    sched_set_state(d, j, JS(FAILED), m->error);
-    break;
+  case RUN_FAILED: fail(d, j, m->error); break;
   case RUN_CANCELLED: {
     char reason[96];
     snprintf(reason, sizeof reason, "cancelled while running, after step %lld", (long long)m->step);
@@ -263,17 +318,30 @@ int sched_start(traind *d) {
   // Jobs the last daemon left running resume from their last checkpoint.
   for (size_t i = 0; i < d->n_all; i++) {
     job *j = d->all[i];
-    char reason[160];
+    char reason[256];
     if (j->state == JS(RUNNING)) {
+      // The daemon died while the job ran (a kill, the OOM killer, a bug):
+      // a job that brings it down every time must not do so forever and
+      // starve the queue behind it.
+      j->crashes++;
+      if (j->crashes >= d->cfg.max_crashes) {
+        snprintf(reason, sizeof reason, "the daemon died while running this job (%d times)", j->crashes);
+        fail(d, j, reason);
+        continue;
+      }
       // The store knows of a checkpoint committed just before the crash
       // that the record did not get to hear about.
       eng_err e = {0};
       int64_t step;
       if (store_ckpt_latest(d->st, j->id, &step, &e) == 0) j->ckpt_step = step;
-      if (j->ckpt_step >= 0)
-        snprintf(reason, sizeof reason, "interrupted by a daemon restart; resumes from the checkpoint at step %lld",
-                 (long long)j->ckpt_step);
-      else snprintf(reason, sizeof reason, "interrupted by a daemon restart before its first checkpoint; starts over");
+      int at = j->ckpt_step >= 0
+                   ? snprintf(reason, sizeof reason,
+                              "interrupted by a daemon restart; resumes from the checkpoint at step %lld",
+                              (long long)j->ckpt_step)
+                   : snprintf(reason, sizeof reason,
+                              "interrupted by a daemon restart before its first checkpoint; starts over");
+      snprintf(reason + at, sizeof reason - (size_t)at, " (the daemon died while it ran: %d time%s; at %d it fails)",
+               j->crashes, j->crashes == 1 ? "" : "s", d->cfg.max_crashes);
       sched_enqueue(d, j);
       sched_set_state(d, j, JS(QUEUED), reason);
     } else if (j->state == JS(CANCELLING)) {

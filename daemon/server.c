@@ -16,6 +16,7 @@
 #include "listen.h"
 #include "log.h"
 #include "mbox.h"
+#include "validate.h"
 
 // One operation in flight on the completion queue. The cq thread fills ok
 // and posts item; fn runs on the loop.
@@ -283,11 +284,14 @@ static void on_recv(srv_tag *t) {
     sl = grpc_byte_buffer_reader_readall(&rd);
     grpc_byte_buffer_reader_destroy(&rd);
   }
-  c->req = protobuf_c_message_unpack(c->m->req, NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+  val_err ve;
+  int nul = val_wire(c->m->req, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl), &ve);
+  if (!nul) c->req = protobuf_c_message_unpack(c->m->req, NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
   grpc_slice_unref(sl);
   grpc_byte_buffer_destroy(c->recv_buf);
   c->recv_buf = NULL;
-  if (!c->req) srv_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s", unpack_error(c->m));
+  if (nul) srv_fail(c, ve.code, "%s", ve.msg);
+  else if (!c->req) srv_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s", unpack_error(c->m));
   else if (!c->closed) c->m->handle(c, c->req);
   call_settle(c);
 }

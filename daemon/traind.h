@@ -46,6 +46,7 @@ typedef struct job {
   char *error;                  // NULL unless FAILED
   uint64_t last_seq;
   int32_t attempts;
+  int32_t crashes;              // daemon deaths while it ran (sched_start counts them)
   char device[16];
   eng_config model;
   int64_t params;
@@ -56,11 +57,14 @@ typedef struct job {
   double step_s;                // smoothed seconds per step, for the ETA
   struct job *qprev, *qnext;    // the queue (only while QUEUED)
   int queued;
+  int held;                     // queued but not startable under this config (sched.c), until
+  int held_gen;                 //   traind.config_gen moves past this
 } job;
 
 typedef struct traind {
   uv_loop_t *loop;
   char *config_path;            // NULL: none
+  int config_gen;               // config reloads so far
   cfg cfg, over;                // effective config; command-line overrides
   char *token;                  // bearer token for TCP (from token_file)
   store *st;
@@ -131,6 +135,9 @@ int sched_cancel(traind *d, job *j, const char **refusal);
 void sched_preempt_for(traind *d, job *j);
 // SIGTERM: stop the running job with a checkpoint; done() when idle.
 void sched_drain(traind *d, void (*done)(traind *d));
+// The drain ran out of time: records the running job as queued again
+// before the process exits under it.
+void sched_abandon(traind *d);
 int sched_start(traind *d);
 void sched_stop(traind *d);
 const char *sched_running_id(traind *d);

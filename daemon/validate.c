@@ -77,6 +77,57 @@ int val_message(const ProtobufCMessage *m, const char *path, val_err *e) {
   return 0;
 }
 
+// ---- the bytes on the wire -----------------------------------------------------------
+
+// A varint at *p (below end); -1 when the bytes end first or it is too long.
+static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+    uint8_t b = *(*p)++;
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) return 0;
+  }
+  return -1;
+}
+
+static int wire_scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end, const char *path,
+                     int depth, val_err *e) {
+  // Deeper than any message of ours nests: the decoder judges the rest.
+  while (p < end && depth < 32) {
+    uint64_t tag, v;
+    if (wire_varint(&p, end, &tag)) return 0;
+    switch (tag & 7) {
+    case 0:
+      if (wire_varint(&p, end, &v)) return 0;
+      continue;
+    case 1:
+    case 5: {
+      size_t k = (tag & 7) == 1 ? 8 : 4;
+      if ((size_t)(end - p) < k) return 0;
+      p += k;
+      continue;
+    }
+    case 2: break;
+    default: return 0; // groups, or not protobuf: the decoder refuses it
+    }
+    if (wire_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
+    const ProtobufCFieldDescriptor *f =
+        tag >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3)) : NULL;
+    char sub[512];
+    if (f) snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", f->name);
+    if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, v))
+      return bad(e, "%s: contains a NUL byte (at byte %zu of %llu)", sub, (size_t)((const uint8_t *)memchr(p, 0, v) - p),
+                 (unsigned long long)v);
+    if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && wire_scan(f->descriptor, p, p + v, sub, depth + 1, e)) return -1;
+    p += v;
+  }
+  return 0;
+}
+
+int val_wire(const ProtobufCMessageDescriptor *d, const void *buf, size_t n, val_err *e) {
+  return wire_scan(d, buf, (const uint8_t *)buf + n, "", 0, e);
+}
+
 // ---- fields --------------------------------------------------------------------------
 
 int val_id(const char *s, const char *field, val_err *e) {

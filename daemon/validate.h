@@ -25,6 +25,12 @@ typedef struct val_roots {
 // build (a newer client's field would otherwise be silently dropped).
 int val_message(const ProtobufCMessage *m, const char *path, val_err *e);
 
+// A request's bytes as they came, before decoding: a string field holding a
+// NUL byte is refused, naming the field (decoded, the C string would end
+// there: "rid\0x" would pass for "rid"). Bytes that are not a valid message
+// are left to the decoder.
+int val_wire(const ProtobufCMessageDescriptor *d, const void *buf, size_t n, val_err *e);
+
 // A job id or request id: 1..64 of [A-Za-z0-9._-].
 int val_id(const char *s, const char *field, val_err *e);
 

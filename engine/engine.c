@@ -125,15 +125,41 @@ static int spec_tiers(const eng_spec *s, const eng_config *cfg, eng_exec_tiers *
   return rc;
 }
 
-int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
-  eng_config cfg;
+// How the spec's model state is held in host memory.
+static eng_model_opts spec_model_opts(const eng_spec *s) {
+  return (eng_model_opts){.grad_bf16 = s->grad_dtype == ENG_GRAD_BF16,
+                          .opt_fp32 = s->optimizer == ENG_OPT_ADAMW,
+                          .opt_min_quant = s->opt_min_quant,
+                          .opt_fp32_embed_head = s->opt_fp32_embed_head,
+                          .work_bf16 = s->device_gpu >= 0};
+}
+
+// The spec checked, its model config and its tiers, without allocating.
+static int spec_sizes(const eng_spec *spec, eng_config *cfg, eng_exec_tiers *t, eng_err *e) {
   int untied;
   int rc = spec_validate(spec, e);
-  if (!rc) rc = spec_config(spec, &cfg, &untied, e);
-  if (rc) return rc;
+  if (!rc) rc = spec_config(spec, cfg, &untied, e);
+  if (!rc) rc = spec_tiers(spec, cfg, t, e);
+  return rc;
+}
+
+int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
+  eng_config cfg;
   eng_exec_tiers t;
-  if ((rc = spec_tiers(spec, &cfg, &t, e))) return rc;
-  *bytes = t.device;
+  int rc = spec_sizes(spec, &cfg, &t, e);
+  if (!rc) *bytes = t.device;
+  return rc;
+}
+
+int eng_spec_host_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
+  eng_config cfg;
+  eng_exec_tiers t;
+  int rc = spec_sizes(spec, &cfg, &t, e);
+  if (rc) return rc;
+  eng_model_opts mo = spec_model_opts(spec);
+  size_t batch = 2 * (size_t)spec->batch * spec->seq_len * sizeof(int32_t); // ids and labels
+  // The cpu backend's device arena is host memory too.
+  *bytes = eng_model_state_bytes(&cfg, &mo) + t.host + batch + (spec->device_gpu < 0 ? t.device : 0);
   return 0;
 }
 
@@ -212,11 +238,7 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   }
   // The device first: a missing GPU fails before the model takes host memory.
   if ((rc = spec_dev_open(spec, &r->dev, e))) goto fail;
-  eng_model_opts mo = {.grad_bf16 = spec->grad_dtype == ENG_GRAD_BF16,
-                       .opt_fp32 = spec->optimizer == ENG_OPT_ADAMW,
-                       .opt_min_quant = spec->opt_min_quant,
-                       .opt_fp32_embed_head = spec->opt_fp32_embed_head,
-                       .work_bf16 = pol.cuda};
+  eng_model_opts mo = spec_model_opts(spec);
   if ((rc = eng_model_alloc(&r->model, &cfg, &mo, e))) goto fail;
   if (spec->model_dir) {
     float *ws[r->model.lo.n_shards];

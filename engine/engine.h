@@ -125,6 +125,13 @@ void eng_spec_defaults(eng_spec *s);
 // Device-arena bytes the spec needs (model config read from model_dir when
 // set), without allocating anything or touching a GPU.
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e);
+// Host-memory bytes a run of the spec holds, likewise without allocating:
+// the model state (fp32 master, gradient store, optimizer moments, a GPU's
+// bf16 working copy), the boundary checkpoints its policy keeps in host
+// memory, the batch buffers and, on the cpu backend, the device arena (host
+// memory there). Not counted: the training data (text and JSON-lines files
+// are read whole, .bin shards mapped) and the threads' stacks.
+int eng_spec_host_bytes(const eng_spec *spec, size_t *bytes, eng_err *e);
 
 // Validates the spec, loads or initialises the model, plans the arena
 // (refusing a cap that cannot hold two layer slots and one micro-batch,

@@ -72,6 +72,16 @@ void store_close(store *s);
 // Makes every write made before the call durable (group_commit): one sync of
 // the write-ahead log, however many writes it covers.
 int store_sync(store *s, eng_err *e);
+// What the last open's recovery cut from the write-ahead log. Point-in-time
+// recovery (store_options.c) stops at the first WAL record that fails its
+// checksum and drops it and everything after it: the writes made last
+// before the process ended. RocksDB 7.8's C API reports that nowhere (no
+// WAL filter, listener or logger callback); its info log does, at WARN
+// ("<dir>/000019.log: dropping 77 bytes; Corruption: checksum mismatch"),
+// and the open reads those lines back from <dir>/LOG, which every open
+// starts anew. NULL when nothing was dropped; else the lines, each ending
+// in '\n', valid until the next reopen or the close.
+const char *store_wal_dropped(const store *s);
 
 // ---- jobs ---------------------------------------------------------------------
 // A job record is opaque bytes (the daemon encodes it). The store indexes

@@ -123,6 +123,7 @@ int store_db_open(store *s, eng_err *e) {
   }
   s->def = h[0];
   for (int f = 0; f < CF_COUNT; f++) s->cf[f] = h[1 + f];
+  store_wal_scan(s);
   if (!rc) rc = check_format(s, e);
   if (!rc) rc = store_gc_pending(s, e);
   if (!rc) rc = store_gc_act_reset(s, e);
@@ -156,6 +157,7 @@ int store_open(store **out, const char *dir, const store_options *o, eng_err *e)
   int rc = store_options_make(s, e);
   if (!rc) rc = store_db_open(s, e);
   if (rc) {
+    store_wal_clear(s);
     store_options_free(s);
     free(s);
     return rc;
@@ -176,6 +178,7 @@ void store_close(store *s) {
   if (!s) return;
   for (int t = 0; t < STORE_IO_THREADS; t++) eng_worker_stop(&s->io[t]);
   store_db_close(s);
+  store_wal_clear(s);
   store_options_free(s);
   pthread_rwlock_destroy(&s->lock);
   pthread_mutex_destroy(&s->meta_mu);

@@ -56,6 +56,7 @@ struct store {
   rocksdb_flushoptions_t *flush;
   rocksdb_compactoptions_t *compact;
   uint64_t gen;           // bumped by every reopen: checkpoints begun before it fail
+  char *wal_dropped;      // store_wal_dropped's lines, or NULL (store_wal.c)
   atomic_int need_reopen; // a write failed: RocksDB refuses writes until reopened
   eng_worker io[STORE_IO_THREADS];
 };
@@ -140,6 +141,10 @@ void store_options_free(store *s);
 // Opens s->db on s->dir with s->opt (options, format check, collection).
 int store_db_open(store *s, eng_err *e);
 void store_db_close(store *s);
+// store_wal.c: reads back what the open that just succeeded dropped from
+// the WAL (store_wal_dropped); store_wal_clear frees it.
+void store_wal_scan(store *s);
+void store_wal_clear(store *s);
 // Every operation runs between enter (shared lock; reopens a database left
 // closed by a failed reopen) and leave (releases it, then reopens when a
 // write failed during the operation).

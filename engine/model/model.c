@@ -32,11 +32,21 @@ static int shard_tensors(const eng_layout *lo, int s, eng_tensor *ts) {
   return n;
 }
 
+// The optimizer options of tensor t of shard s.
+static eng_adamw8_opts tensor_opt_opts(const eng_layout *lo, int s, const eng_tensor *t, const eng_model_opts *o) {
+  int big = t->cols && (s == 0 || s == lo->n_layers + 1); // the embedding or lm_head
+  return (eng_adamw8_opts){.min_quant_numel = o->opt_min_quant,
+                           .fp32_state = o->opt_fp32 || (big && o->opt_fp32_embed_head)};
+}
+
+// The gradient store of shard s holds bf16 (the embedding's is always fp32).
+static int shard_g_bf16(int s, const eng_model_opts *o) { return o->grad_bf16 && s != 0; }
+
 static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e) {
   const eng_layout *lo = &m->lo;
   eng_shard *sh = &m->shards[s];
   sh->numel = eng_layout_shard_numel(lo, s);
-  sh->g_bf16 = o->grad_bf16 && s != 0;
+  sh->g_bf16 = shard_g_bf16(s, o);
   size_t pinned_align = o->work_bf16 ? 4096 : 64; // g and work cross PCIe on a GPU
   sh->w = alloc_zeroed(sh->numel * sizeof(float), 64);
   sh->g = alloc_zeroed(sh->numel * (sh->g_bf16 ? sizeof(uint16_t) : sizeof(float)), pinned_align);
@@ -45,11 +55,8 @@ static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e)
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate shard %d (%zu values)", s, sh->numel);
   sh->n_tensors = shard_tensors(lo, s, sh->tensors);
   for (int i = 0; i < sh->n_tensors; i++) {
-    const eng_tensor *t = &sh->tensors[i];
-    int big = t->cols && (s == 0 || s == lo->n_layers + 1); // the embedding or lm_head
-    eng_adamw8_opts ao = {.min_quant_numel = o->opt_min_quant,
-                          .fp32_state = o->opt_fp32 || (big && o->opt_fp32_embed_head)};
-    int rc = eng_adamw8_state_init(&sh->opt[i], t->numel, &ao, NULL, e);
+    eng_adamw8_opts ao = tensor_opt_opts(lo, s, &sh->tensors[i], o);
+    int rc = eng_adamw8_state_init(&sh->opt[i], sh->tensors[i].numel, &ao, NULL, e);
     if (rc) return rc;
   }
   return 0;
@@ -140,10 +147,19 @@ void eng_model_init_random(eng_model *m, uint64_t seed) {
   eng_layout_visit(&m->lo, init_tensor, &ic);
 }
 
-size_t eng_model_host_bytes(const eng_model *m) {
+size_t eng_model_state_bytes(const eng_config *c, const eng_model_opts *o) {
+  eng_layout lo;
+  eng_layout_init(&lo, c);
   size_t n = 0;
-  if (!m->shards) return 0;
-  for (int s = 0; s < m->lo.n_shards; s++)
-    n += m->shards[s].numel * (sizeof(float) + (m->shards[s].g_bf16 ? 2 : 4) + (m->shards[s].work ? 2 : 0));
-  return n + eng_model_opt_bytes(m);
+  for (int s = 0; s < lo.n_shards; s++) {
+    size_t numel = eng_layout_shard_numel(&lo, s);
+    n += numel * (sizeof(float) + (shard_g_bf16(s, o) ? 2 : 4) + (o->work_bf16 ? 2 : 0));
+    eng_tensor ts[ENG_SHARD_MAX_TENSORS];
+    int nt = shard_tensors(&lo, s, ts);
+    for (int i = 0; i < nt; i++) {
+      eng_adamw8_opts ao = tensor_opt_opts(&lo, s, &ts[i], o);
+      n += eng_adamw8_state_bytes(ts[i].numel, &ao);
+    }
+  }
+  return n;
 }

@@ -63,7 +63,9 @@ void eng_model_work_refresh(eng_model *m);
 // Pointer to tensor t of shard s inside the fp32 master weights.
 float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t);
 
-// Bytes of host memory held by the model state.
-size_t eng_model_host_bytes(const eng_model *m);
+// Bytes of host memory the model state of config c takes with options o
+// (weights, gradient store, optimizer moments, working copy), computed
+// without allocating: what eng_model_alloc would take.
+size_t eng_model_state_bytes(const eng_config *c, const eng_model_opts *o);
 
 #endif

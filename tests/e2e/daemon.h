@@ -41,6 +41,7 @@ struct td {
   char extra[8][256]; // more daemon arguments
   int n_extra;
   int nofile;           // RLIMIT_NOFILE of the daemon (0: inherited)
+  int roots_in_conf;  // 1: no --data-root flags; the data roots are the config file's (for reload tests)
   // The NOTIFY_SOCKET, read all the time by a thread: sd_notify blocks when
   // the receiver's queue is full, as systemd never lets it be.
   int notify_fd;
@@ -138,9 +139,9 @@ static inline void td_start(td *t) {
     char data[600], src[1100];
     snprintf(data, sizeof data, "%s/data", tmp_root);
     snprintf(src, sizeof src, "%s/data", TRAIND_SOURCE_DIR);
-    char *argv[32] = {t->bin_traind, "--config", t->conf, "--state-dir", t->state, "--data-root", data, "--data-root", src,
-                      "--set", "metrics_interval_ms=0"};
-    int k = 11;
+    char *argv[32] = {t->bin_traind, "--config", t->conf, "--state-dir", t->state, "--set", "metrics_interval_ms=0",
+                      "--data-root", data, "--data-root", src};
+    int k = t->roots_in_conf ? 7 : 11;
     for (int i = 0; i < t->n_extra; i++) argv[k++] = t->extra[i];
     argv[k] = NULL;
     execv(t->bin_traind, argv);
@@ -330,6 +331,13 @@ static inline Traind__V1__Job *td_wait_done(td *t, const char *id, double timeou
     CHECK(td_now() - t0 < timeout_s, "job %s did not finish within %.0f s", id, timeout_s);
     usleep(20000);
   }
+}
+
+// Waits until the job finishes, which it must do SUCCEEDED.
+static inline void td_wait_success(td *t, const char *id, double timeout_s) {
+  Traind__V1__Job *j = td_wait_done(t, id, timeout_s);
+  CHECK(j->state == TRAIND__V1__JOB_STATE__JOB_STATE_SUCCEEDED, "job %s ended %d: %s", id, j->state, j->error);
+  protobuf_c_message_free_unpacked(&j->base, NULL);
 }
 
 // Submits a job file with trainctl; returns the job id (static buffer).

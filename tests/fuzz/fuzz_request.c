@@ -59,9 +59,14 @@ static const ProtobufCMessageDescriptor *types[] = {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   const ProtobufCMessageDescriptor *d = types[data[0] % (sizeof types / sizeof types[0])];
+  val_err e;
+  // As the server does: the bytes first, then the decoded message.
+  if (val_wire(d, data + 1, size - 1, &e)) {
+    if (strlen(e.msg) == 0 || strlen(e.msg) >= sizeof e.msg) abort();
+    return 0;
+  }
   ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, size - 1, data + 1);
   if (!m) return 0;
-  val_err e;
   int rc = 0;
   if (d == &traind__v1__submit_job_request__descriptor) {
     Traind__V1__SubmitJobRequest *r = (Traind__V1__SubmitJobRequest *)m;

@@ -3,9 +3,26 @@
 // allocated, stay at or below 2.05 bytes per parameter with the default
 // 8-bit optimizer, for the demo model and a ~1.1B Llama-shaped config. The
 // regions are calloc-style zeroed pages, so the 1B state is allocated for
-// real but costs little resident memory here.
+// real but costs little resident memory here. eng_model_state_bytes, which
+// the daemon's memory admission counts on, predicts the state as allocated.
 #include "check.h"
 #include "model/model.h"
+
+// The host bytes of the state as allocated: weights, gradient store,
+// working copy, optimizer regions.
+static size_t allocated(const eng_model *m) {
+  size_t n = eng_model_opt_bytes(m);
+  for (int s = 0; s < m->lo.n_shards; s++) {
+    const eng_shard *sh = &m->shards[s];
+    n += sh->numel * (sizeof(float) + (sh->g_bf16 ? 2 : 4) + (sh->work ? 2 : 0));
+  }
+  return n;
+}
+
+static void check_predicted(const char *name, const eng_model *m, const eng_config *c, const eng_model_opts *o) {
+  size_t got = allocated(m), want = eng_model_state_bytes(c, o);
+  CHECK(got == want, "%s: the state allocated %zu bytes, eng_model_state_bytes says %zu", name, got, want);
+}
 
 static void check_config(const char *name, const eng_config *c, int full) {
   eng_err e = {0};
@@ -17,6 +34,7 @@ static void check_config(const char *name, const eng_config *c, int full) {
   printf("%-6s %11zu parameters: optimizer state %zu bytes allocated, %.4f bytes/parameter\n", name, params,
          opt, per);
   CHECK(per <= 2.05, "%s: %.4f bytes of optimizer state per parameter", name, per);
+  check_predicted(name, &m, c, &o);
   eng_model_free(&m);
   if (!full) return;
   // fp32 moments, for contrast: 8 bytes per parameter.
@@ -25,6 +43,12 @@ static void check_config(const char *name, const eng_config *c, int full) {
   per = (double)eng_model_opt_bytes(&m) / (double)params;
   printf("%-6s fp32 AdamW for contrast: %.4f bytes/parameter\n", name, per);
   CHECK(per >= 8.0, "fp32 moments take %.4f bytes/parameter", per);
+  check_predicted(name, &m, c, &o);
+  eng_model_free(&m);
+  // A GPU's state: fp32 gradients and a bf16 working copy.
+  o = (eng_model_opts){.work_bf16 = 1};
+  CHECK_OK(eng_model_alloc(&m, c, &o, &e), &e);
+  check_predicted(name, &m, c, &o);
   eng_model_free(&m);
 }
 
