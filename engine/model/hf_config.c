@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json_file.h"
 #include "common/json_kind.h"
 #include "kernels/kernels.h"
 #include "model/atomic_file.h"
@@ -316,26 +317,19 @@ static int parse(const json_t *root, const char *path, eng_config *c, eng_err *e
 }
 
 // The JSON object of a config.json file, for the caller to release.
-static int load_object(const char *path, json_t **root, eng_err *e) {
-  json_error_t jerr;
-  *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-  if (!*root) {
-    if (json_error_code(&jerr) == json_error_cannot_open_file)
-      return eng_err_set(e, ENG_EIO, "%s: %s", path, jerr.text);
-    return eng_err_set(e, ENG_EINVAL, "%s: not valid JSON (line %d, column %d): %s", path,
-                       jerr.line, jerr.column, jerr.text);
-  }
-  if (json_is_object(*root)) return ENG_OK;
-  int rc = eng_err_set(e, ENG_EINVAL, "%s: must hold a JSON object, not %s", path,
+static int load_object(const eng_fs *fs, const char *path, json_t **root, eng_err *e) {
+  int rc = eng_json_load(fs, path, root, e);
+  if (rc || json_is_object(*root)) return rc;
+  rc = eng_err_set(e, ENG_EINVAL, "%s: must hold a JSON object, not %s", path,
                        eng_json_kind(*root));
   json_decref(*root);
   *root = NULL;
   return rc;
 }
 
-int eng_config_load(const char *path, eng_config *c, eng_err *e) {
+int eng_config_load(const eng_fs *fs, const char *path, eng_config *c, eng_err *e) {
   json_t *root;
-  int rc = load_object(path, &root, e);
+  int rc = load_object(fs, path, &root, e);
   if (rc) return rc;
   rc = parse(root, path, c, e);
   json_decref(root);
@@ -428,9 +422,9 @@ static json_t *json_float(float f) {
 static int set(json_t *obj, const char *key, json_t *v) { return json_object_set_new(obj, key, v); }
 
 // Sets o's token-id fields to those of the config.json at ids_from.
-static int copy_token_ids(json_t *o, const char *ids_from, eng_err *e) {
+static int copy_token_ids(json_t *o, const eng_fs *fs, const char *ids_from, eng_err *e) {
   json_t *src;
-  int rc = load_object(ids_from, &src, e);
+  int rc = load_object(fs, ids_from, &src, e);
   if (!rc) rc = check_token_ids(src, ids_from, e);
   for (int i = 0; !rc && i < N_TOKEN_ID_FIELDS; i++) {
     json_t *v = json_object_get(src, token_id_fields[i]);
@@ -442,11 +436,11 @@ static int copy_token_ids(json_t *o, const char *ids_from, eng_err *e) {
 }
 
 int eng_config_save(const eng_config *c, const char *path, const char *dtype_name,
-                    const char *ids_from, eng_err *e) {
+                    const eng_fs *ids_fs, const char *ids_from, eng_err *e) {
   int rc = eng_config_validate(c, path, e);
   if (rc) return rc;
   json_t *o = json_object(), *arch_list = json_array(), *rope = json_object();
-  if (o && ids_from && (rc = copy_token_ids(o, ids_from, e))) {
+  if (o && ids_from && (rc = copy_token_ids(o, ids_fs, ids_from, e))) {
     json_decref(o);
     json_decref(arch_list);
     json_decref(rope);

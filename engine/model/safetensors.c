@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/bf16.h"
+#include "common/json_file.h"
 #include "common/json_kind.h"
 #include "model/atomic_file.h"
 
@@ -210,8 +211,8 @@ static int parse_header(eng_st_file *f, size_t header_len, eng_err *e) {
   json_error_t jerr;
   f->header = json_loadb((const char *)f->map + 8, header_len, JSON_REJECT_DUPLICATES, &jerr);
   if (!f->header)
-    return eng_err_set(e, ENG_EINVAL, "%s: header is not valid JSON (column %d): %s", f->path,
-                       jerr.column, jerr.text);
+    return eng_err_set(e, ENG_EINVAL, "%s: header is not valid JSON at byte %d of the file: %s", f->path,
+                       8 + jerr.position, eng_json_fault(&jerr));
   if (!json_is_object(f->header))
     return eng_err_set(e, ENG_EINVAL, "%s: header must be a JSON object, got %s", f->path,
                        eng_json_kind(f->header));
@@ -237,15 +238,13 @@ static int parse_header(eng_st_file *f, size_t header_len, eng_err *e) {
   return check_tiling(f, e);
 }
 
-static int map_file(eng_st_file *f, eng_err *e) {
-  int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return eng_err_set(e, ENG_EIO, "%s: cannot open: %s", f->path, strerror(errno));
+static int map_file(eng_st_file *f, const eng_fs *fs, eng_err *e) {
+  int fd;
+  int rc = eng_fs_open(fs, f->path, &fd, e);
+  if (rc) return rc;
   struct stat st;
-  int rc = ENG_OK;
   if (fstat(fd, &st) != 0) {
     rc = eng_err_set(e, ENG_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
-  } else if (!S_ISREG(st.st_mode)) {
-    rc = eng_err_set(e, ENG_EIO, "%s: not a regular file", f->path);
   } else if (st.st_size < 8) {
     rc =
         eng_err_set(e, ENG_EINVAL, "%s: file is %lld bytes, too short for the 8-byte header length",
@@ -262,11 +261,11 @@ static int map_file(eng_st_file *f, eng_err *e) {
   return rc;
 }
 
-int eng_st_open(eng_st_file *f, const char *path, eng_err *e) {
+int eng_st_open(eng_st_file *f, const eng_fs *fs, const char *path, eng_err *e) {
   memset(f, 0, sizeof *f);
   f->path = strdup(path);
   if (!f->path) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", path);
-  int rc = map_file(f, e);
+  int rc = map_file(f, fs, e);
   if (!rc) {
     uint64_t header_len;
     memcpy(&header_len, f->map, sizeof header_len);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/fs_open.h"
 
 #define ENG_ST_MAX_DIMS 8
 
@@ -50,8 +51,9 @@ typedef struct eng_st_file {
   struct json_t *header;  // parsed header; tensor names point into it
 } eng_st_file;
 
-// Maps and validates path. On failure f holds nothing to close.
-int eng_st_open(eng_st_file *f, const char *path, eng_err *e);
+// Maps and validates path, opened under fs (common/fs_open.h; NULL:
+// anywhere). On failure f holds nothing to close.
+int eng_st_open(eng_st_file *f, const eng_fs *fs, const char *path, eng_err *e);
 
 // Releases everything; safe on a zeroed or already closed f.
 void eng_st_close(eng_st_file *f);
