@@ -110,6 +110,12 @@ static void *td_notify_reader(void *arg) {
   }
 }
 
+// Adds the model fixtures (tests/fixtures) as a data root, before td_start.
+static inline void td_root_fixtures(td *t) {
+  td_arg(t, "--data-root");
+  td_arg(t, TRAIND_SOURCE_DIR "/tests/fixtures");
+}
+
 // Starts the daemon and waits (up to 30 s) for READY=1.
 static inline void td_start(td *t) {
   char nsock[600];
@@ -313,6 +319,16 @@ static inline const char *td_jobfile_data(const char *name, const char *model, c
 static inline const char *td_jobfile_model(const char *name, const char *model, int steps, int ckpt_every,
                                            const char *extra) {
   return td_jobfile_data(name, model, TRAIND_SOURCE_DIR "/data/demo/licenses.txt", steps, ckpt_every, extra);
+}
+
+// A job file <name>.yaml of `steps` steps (a checkpoint at the end) from the
+// model directory dir, on train_path (NULL: the demo text).
+static inline const char *td_jobfile_hf(const char *name, const char *dir, const char *train_path, int steps) {
+  char file[64], model[600];
+  snprintf(file, sizeof file, "%s.yaml", name);
+  snprintf(model, sizeof model, "model:\n  hf_dir: %s\n", dir);
+  return train_path ? td_jobfile_data(file, model, train_path, steps, steps, NULL)
+                    : td_jobfile_model(file, model, steps, steps, NULL);
 }
 
 // A job file for the tests' tiny model (tests/tiny.h).

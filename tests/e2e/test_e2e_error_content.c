@@ -18,13 +18,6 @@
 static td t;
 static char msg[8192];
 
-static const char *job(const char *name, const char *model_dir, const char *train_path) {
-  char file[64], model[600];
-  snprintf(file, sizeof file, "%s.yaml", name);
-  snprintf(model, sizeof model, "model:\n  hf_dir: %s\n", model_dir);
-  return td_jobfile_data(file, model, train_path, 2, 2, NULL);
-}
-
 // The job is refused or fails, naming what, and no byte of SECRET shows.
 static void expect_clean(const char *what, const char *jobfile, const char *names, const char *place) {
   int st = td_submit_outcome(&t, jobfile, msg, sizeof msg, 300);
@@ -37,7 +30,7 @@ static void expect_clean(const char *what, const char *jobfile, const char *name
 
 // The refusal of train_path = path, with path itself cut out.
 static void refusal_without(const char *path, char *out, size_t n) {
-  int st = td_submit_outcome(&t, job("one", fx_dir("qwen3"), path), msg, sizeof msg, 300);
+  int st = td_submit_outcome(&t, td_jobfile_hf("one", fx_dir("qwen3"), path, 2), msg, sizeof msg, 300);
   CHECK(st == -1, "train_path %s: not refused (state %d): %s", path, st, msg);
   char *at = strstr(msg, path);
   CHECK(at && strstr(msg, NOT_THERE), "train_path %s: %s", path, msg);
@@ -46,30 +39,26 @@ static void refusal_without(const char *path, char *out, size_t n) {
 
 int main(void) {
   td_init(&t);
-  char fixtures[1100];
-  snprintf(fixtures, sizeof fixtures, "%s/tests/fixtures", TRAIND_SOURCE_DIR);
-  td_arg(&t, "--data-root");
-  td_arg(&t, fixtures);
+  td_root_fixtures(&t);
   td_start(&t);
   const char *qwen3 = fx_dir("qwen3");
-  char secret[600], text[600];
+  char secret[600];
   snprintf(secret, sizeof secret, "%s", tmp_path("secret"));
   td_write(secret, SECRET, strlen(SECRET));
-  snprintf(text, sizeof text, "%s/data/demo/licenses.txt", TRAIND_SOURCE_DIR);
 
   const char *jsonl = tmp_path("data/records.jsonl");
   td_write(jsonl, SECRET, strlen(SECRET));
-  expect_clean("jsonl data", job("jsonl", qwen3, jsonl), "records.jsonl: line 1", "not valid JSON at column");
+  expect_clean("jsonl data", td_jobfile_hf("jsonl", qwen3, jsonl, 2), "records.jsonl: line 1", "not valid JSON at column");
 
   char dir[600];
   snprintf(dir, sizeof dir, "%s", tmp_path("data/badcfg"));
   td_sh("mkdir -p %s && cp %s/model.safetensors %s/", dir, qwen3, dir);
   td_write(tmp_path("data/badcfg/config.json"), SECRET, strlen(SECRET));
-  expect_clean("config.json", job("badcfg", dir, text), "config.json", "not valid JSON at line 1");
+  expect_clean("config.json", td_jobfile_hf("badcfg", dir, NULL, 2), "config.json", "not valid JSON at line 1");
 
   snprintf(dir, sizeof dir, "%s", tmp_path("data/linkcfg"));
   td_sh("mkdir -p %s && cp %s/model.safetensors %s/ && ln -s %s %s/config.json", dir, qwen3, dir, secret, dir);
-  expect_clean("config.json linked outside", job("linkcfg", dir, text), "config.json", NOT_THERE);
+  expect_clean("config.json linked outside", td_jobfile_hf("linkcfg", dir, NULL, 2), "config.json", NOT_THERE);
 
   // A safetensors header: 8 bytes of length, then the secret as its JSON.
   snprintf(dir, sizeof dir, "%s", tmp_path("data/badst"));
@@ -77,7 +66,7 @@ int main(void) {
   unsigned char st[8 + sizeof SECRET] = {(unsigned char)strlen(SECRET)};
   memcpy(st + 8, SECRET, strlen(SECRET));
   td_write(tmp_path("data/badst/model.safetensors"), st, 8 + strlen(SECRET));
-  expect_clean("safetensors header", job("badst", dir, text), "model.safetensors", "header is not valid JSON at byte");
+  expect_clean("safetensors header", td_jobfile_hf("badst", dir, NULL, 2), "model.safetensors", "header is not valid JSON at byte");
 
   // One answer: outside and present, outside and absent, inside and absent,
   // inside but linked outside.

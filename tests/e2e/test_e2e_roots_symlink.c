@@ -16,13 +16,6 @@
 #define OK TRAIND__V1__JOB_STATE__JOB_STATE_SUCCEEDED
 #define FAILED TRAIND__V1__JOB_STATE__JOB_STATE_FAILED
 
-static const char *hf_job(const char *name, const char *dir) {
-  char file[64], model[600];
-  snprintf(file, sizeof file, "%s.yaml", name);
-  snprintf(model, sizeof model, "model:\n  hf_dir: %s\n", dir);
-  return td_jobfile_model(file, model, 2, 2, NULL);
-}
-
 // data/<name>: a copy of the qwen3 fixture's config.json and weights.
 static const char *model_copy(const char *name) {
   static char dir[600];
@@ -50,21 +43,21 @@ int main(void) {
         "cp %s/generation_config.json g1 && cd %s && ln -s ../../blobs/c1 config.json && "
         "ln -s ../../blobs/w1 model.safetensors && ln -s ../../blobs/g1 generation_config.json",
         snap, snap, qwen3, qwen3, qwen3, snap);
-  int st = td_submit_outcome(&t, hf_job("cache", snap), msg, sizeof msg, 300);
+  int st = td_submit_outcome(&t, td_jobfile_hf("cache", snap, NULL, 2), msg, sizeof msg, 300);
   CHECK(st == OK, "the cache snapshot's job ended in state %d: %s", st, msg);
   printf("cache snapshot (relative links beneath the root): trained\n");
 
   // config.json -> an absolute path outside the roots.
   const char *dir = model_copy("esc_config");
   td_sh("ln -sf %s/config.json %s/config.json", outside, dir);
-  st = td_submit_outcome(&t, hf_job("esc_config", dir), msg, sizeof msg, 300);
+  st = td_submit_outcome(&t, td_jobfile_hf("esc_config", dir, NULL, 2), msg, sizeof msg, 300);
   CHECK(st == -1 && strstr(msg, "config.json: " NOT_THERE), "config.json linked outside: state %d: %s", st, msg);
   printf("config.json linked outside: refused: %s", msg);
 
   // model.safetensors -> ../../outside/model.safetensors, relative but out of the root.
   dir = model_copy("esc_weights");
   td_sh("cd %s && ln -sf ../../outside/model.safetensors model.safetensors", dir);
-  st = td_submit_outcome(&t, hf_job("esc_weights", dir), msg, sizeof msg, 300);
+  st = td_submit_outcome(&t, td_jobfile_hf("esc_weights", dir, NULL, 2), msg, sizeof msg, 300);
   CHECK((st == -1 || st == FAILED) && strstr(msg, "model.safetensors: " NOT_THERE),
         "model.safetensors linked out of the root: state %d: %s", st, msg);
   printf("model.safetensors linked out of the root: %s: %s\n", st == -1 ? "refused" : "failed", msg);
@@ -72,7 +65,7 @@ int main(void) {
   // tokenizer.json -> outside: training never reads it, the export would copy it.
   dir = model_copy("esc_tok");
   td_sh("ln -s %s/tokenizer.json %s/tokenizer.json", outside, dir);
-  int rc = td_ctl(&t, msg, sizeof msg, "submit %s", hf_job("esc_tok", dir));
+  int rc = td_ctl(&t, msg, sizeof msg, "submit %s", td_jobfile_hf("esc_tok", dir, NULL, 2));
   CHECK(rc == 0, "submit esc_tok exited %d: %s", rc, msg);
   char id[80];
   CHECK(sscanf(msg, "%79s", id) == 1, "no job id: %s", msg);

@@ -9,13 +9,6 @@
 
 #define FAILED TRAIND__V1__JOB_STATE__JOB_STATE_FAILED
 
-static const char *hf_job(const char *name, const char *dir) {
-  char file[64], model[600];
-  snprintf(file, sizeof file, "%s.yaml", name);
-  snprintf(model, sizeof model, "model:\n  hf_dir: %s\n", dir);
-  return td_jobfile_model(file, model, 2, 2, NULL);
-}
-
 int main(void) {
   td t;
   td_init(&t);
@@ -25,14 +18,14 @@ int main(void) {
 
   const char *dir = tmp_path("data/fifo_config");
   td_sh("mkdir -p %s && cp %s/model.safetensors %s/ && mkfifo %s/config.json", dir, qwen3, dir, dir);
-  int st = td_submit_outcome(&t, hf_job("fifo_config", dir), msg, sizeof msg, 300);
+  int st = td_submit_outcome(&t, td_jobfile_hf("fifo_config", dir, NULL, 2), msg, sizeof msg, 300);
   CHECK(st == -1 && strstr(msg, "config.json: is a FIFO, not a regular file"), "config.json a FIFO: state %d: %s", st,
         msg);
   printf("config.json a FIFO: refused: %s", msg);
 
   dir = tmp_path("data/fifo_weights");
   td_sh("mkdir -p %s && cp %s/config.json %s/ && mkfifo %s/model.safetensors", dir, qwen3, dir, dir);
-  st = td_submit_outcome(&t, hf_job("fifo_weights", dir), msg, sizeof msg, 300);
+  st = td_submit_outcome(&t, td_jobfile_hf("fifo_weights", dir, NULL, 2), msg, sizeof msg, 300);
   CHECK((st == -1 || st == FAILED) && strstr(msg, "model.safetensors: is a FIFO, not a regular file"),
         "model.safetensors a FIFO: state %d: %s", st, msg);
   printf("model.safetensors a FIFO: %s: %s\n", st == -1 ? "refused" : "failed", msg);

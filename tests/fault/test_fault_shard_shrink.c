@@ -10,10 +10,7 @@ enum { HEADER = 1024, TOKENS = 64 * 4 * 2000 };
 int main(void) {
   td t;
   td_init(&t);
-  char fixtures[1100];
-  snprintf(fixtures, sizeof fixtures, "%s/tests/fixtures", TRAIND_SOURCE_DIR);
-  td_arg(&t, "--data-root");
-  td_arg(&t, fixtures);
+  td_root_fixtures(&t);
   td_start(&t);
 
   // An llm.c shard of uint16 tokens: 2000 samples of batch 4 x seq_len 64.
@@ -29,9 +26,7 @@ int main(void) {
   td_write(path, shard, size);
   free(shard);
 
-  char model[600];
-  snprintf(model, sizeof model, "model:\n  hf_dir: %s\n", fx_dir("qwen3"));
-  const char *id = td_submit(&t, td_jobfile_data("shrink.yaml", model, path, 1000000, 1000000, NULL), NULL);
+  const char *id = td_submit(&t, td_jobfile_hf("shrink", fx_dir("qwen3"), path, 1000000), NULL);
   char job[80];
   snprintf(job, sizeof job, "%s", id);
   td_wait_step(&t, job, 2, 300);
