@@ -82,7 +82,7 @@ static void test_roundtrip_f32(void) {
   eng_st_file f;
   CHECK_OK(eng_st_open(&f, NULL, path, &e), &e);
   CHECK(f.n_tensors == 5, "n_tensors %d", f.n_tensors);
-  CHECK((f.data - f.map) % 8 == 0, "data section not 8-byte aligned");
+  CHECK(f.data_off % 8 == 0, "data section not 8-byte aligned");
   const json_t *meta = json_object_get(f.header, "__metadata__");
   CHECK(meta && json_is_string(json_object_get(meta, "format")) &&
             strcmp(json_string_value(json_object_get(meta, "format")), "pt") == 0,
@@ -542,8 +542,27 @@ static void test_tied_save(void) {
   free_shards(&lo, r);
 }
 
+// A file truncated while open: the next read fails naming both sizes (a
+// mapping would have been SIGBUS).
+static void test_shrunk(void) {
+  const char *path = tmp_path("shrink.safetensors");
+  float x[1024];
+  for (int i = 0; i < 1024; i++) x[i] = (float)i;
+  eng_st_src src = {.name = "x", .dtype = ENG_ST_F32, .ndim = 1, .shape = {1024}, .data = x};
+  eng_err e = {0};
+  CHECK_OK(eng_st_write(path, &src, 1, &e), &e);
+  eng_st_file f;
+  CHECK_OK(eng_st_open(&f, NULL, path, &e), &e);
+  CHECK(truncate(path, (off_t)f.data_off) == 0, "truncate %s", path);
+  char want[64];
+  snprintf(want, sizeof want, "shrank from %zu to %zu bytes", f.size, f.data_off);
+  CHECK(eng_st_read_f32(&f, &f.tensors[0], x, &e) == ENG_EIO && strstr(e.msg, want), "%s", e.msg);
+  eng_st_close(&f);
+}
+
 int main(void) {
   tmp_make();
+  test_shrunk();
   test_roundtrip_f32();
   test_bf16_rounding();
   test_half_widening();
