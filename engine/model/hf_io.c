@@ -1,4 +1,4 @@
-// POSIX 2008 for open flags, mmap, strdup and fsync under -std=c17 too.
+// POSIX 2008 for mkdir, unlink and strdup under -std=c17 too.
 #define _POSIX_C_SOURCE 200809L
 
 #include "model/hf_io.h"
