@@ -198,6 +198,24 @@ int eng_fs_open(const eng_fs *fs, const char *path, int *fd, eng_err *e) { retur
 
 int eng_fs_open_opt(const eng_fs *fs, const char *path, int *fd, eng_err *e) { return fs_open(fs, path, 1, fd, e); }
 
+int eng_fs_pread(int fd, const char *path, uint64_t size, void *buf, size_t n, uint64_t off, eng_err *e) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0)
+      return eng_err_set(e, ENG_EIO, "%s: read failed at byte %llu: %s", path, (unsigned long long)(off + got),
+                         strerror(errno));
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  if (got == n) return ENG_OK;
+  struct stat st;
+  unsigned long long now = fstat(fd, &st) == 0 ? (unsigned long long)st.st_size : off + got;
+  return eng_err_set(e, ENG_EIO, "%s: shrank from %llu to %llu bytes since it was opened", path,
+                     (unsigned long long)size, now);
+}
+
 int eng_fs_exists(const eng_fs *fs, const char *path) {
   int fd = raw_open(fs, path);
   if (fd < 0) return errno != ENOENT;

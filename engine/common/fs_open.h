@@ -15,6 +15,8 @@
 #ifndef ENG_COMMON_FS_OPEN_H
 #define ENG_COMMON_FS_OPEN_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "common/err.h"
@@ -50,6 +52,12 @@ int eng_fs_open(const eng_fs *fs, const char *path, int *fd, eng_err *e);
 // The same, but a path that does not exist returns 1 and sets nothing:
 // for the optional files of a model directory.
 int eng_fs_open_opt(const eng_fs *fs, const char *path, int *fd, eng_err *e);
+// Exactly n bytes at off of fd, the file path opened with size bytes: a
+// short read says "<path>: shrank from <size> to <now> bytes since it was
+// opened". The files a job names are read this way rather than mapped, since
+// a mapped file truncated under its reader is SIGBUS for the whole process.
+int eng_fs_pread(int fd, const char *path, uint64_t size, void *buf, size_t n, uint64_t off, eng_err *e);
+
 // Whether path is there as fs sees it: 0 only when it does not exist (any
 // other refusal answers 1, so that the open that follows names it).
 int eng_fs_exists(const eng_fs *fs, const char *path);

@@ -28,23 +28,8 @@ int eng_data_bin_sniff(int fd) {
   return pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && header_word(head, 0) == BIN_MAGIC;
 }
 
-// Exactly n bytes at off, or what the file holds now when it is shorter.
 static int read_at(const eng_data *d, void *buf, size_t n, uint64_t off, eng_err *e) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(d->fd, (char *)buf + got, n - got, (off_t)(off + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0)
-      return eng_err_set(e, ENG_EIO, "%s: read failed at byte %llu: %s", d->path, (unsigned long long)(off + got),
-                         strerror(errno));
-    if (r == 0) break;
-    got += (size_t)r;
-  }
-  if (got == n) return ENG_OK;
-  struct stat st;
-  unsigned long long now = fstat(d->fd, &st) == 0 ? (unsigned long long)st.st_size : off + got;
-  return eng_err_set(e, ENG_EIO, "%s: shrank from %llu to %llu bytes since it was opened", d->path,
-                     (unsigned long long)d->size, now);
+  return eng_fs_pread(d->fd, d->path, d->size, buf, n, off, e);
 }
 
 int eng_data_bin_read(eng_data *d, uint64_t at, size_t n, int32_t *ids, eng_err *e) {

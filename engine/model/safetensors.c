@@ -206,21 +206,8 @@ static int check_tiling(const eng_st_file *f, eng_err *e) {
   return ENG_OK;
 }
 
-// Exactly n bytes at off, or an error naming what the file holds now.
 static int read_at(const eng_st_file *f, void *buf, size_t n, size_t off, eng_err *e) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(f->fd, (char *)buf + got, n - got, (off_t)(off + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0)
-      return eng_err_set(e, ENG_EIO, "%s: read failed at byte %zu: %s", f->path, off + got, strerror(errno));
-    if (r == 0) break;
-    got += (size_t)r;
-  }
-  if (got == n) return ENG_OK;
-  struct stat st;
-  long long now = fstat(f->fd, &st) == 0 ? (long long)st.st_size : (long long)(off + got);
-  return eng_err_set(e, ENG_EIO, "%s: shrank from %zu to %lld bytes since it was opened", f->path, f->size, now);
+  return eng_fs_pread(f->fd, f->path, f->size, buf, n, off, e);
 }
 
 static int parse_header(eng_st_file *f, size_t header_len, eng_err *e) {

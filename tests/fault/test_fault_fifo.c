@@ -9,11 +9,12 @@
 
 #define FAILED TRAIND__V1__JOB_STATE__JOB_STATE_FAILED
 
+static td t;
+static char msg[8192];
+
 int main(void) {
-  td t;
   td_init(&t);
   td_start(&t);
-  static char msg[8192];
   const char *qwen3 = fx_dir("qwen3");
 
   const char *dir = tmp_path("data/fifo_config");
