@@ -111,8 +111,7 @@ static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_e
     if (arch < 0)
       return eng_err_set(
           e, ENG_ENOTSUP,
-          "%s: field \"model_type\" is \"%s\", which is not one of llama, qwen2, qwen3", path,
-          json_string_value(mt));
+          "%s: field \"model_type\" is not one of llama, qwen2, qwen3", path);
   }
   const json_t *list = json_object_get(root, "architectures");
   if (list && !json_is_null(list)) {
@@ -124,14 +123,14 @@ static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_e
       int a = find_arch(json_string_value(v), 1);
       if (a < 0)
         return eng_err_set(e, ENG_ENOTSUP,
-                           "%s: field \"architectures\" names \"%s\", which is not one of "
+                           "%s: field \"architectures\" entry %zu is not one of "
                            "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
-                           path, json_string_value(v));
+                           path, i);
       if (arch >= 0 && a != arch)
         return eng_err_set(
             e, ENG_EINVAL,
-            "%s: field \"architectures\" names \"%s\" but field \"model_type\" is \"%s\"", path,
-            json_string_value(v), archs[arch].model_type);
+            "%s: field \"architectures\" entry %zu names %s but field \"model_type\" is %s", path,
+            i, archs[a].architecture, archs[arch].model_type);
       arch = a;
     }
   }
@@ -169,9 +168,9 @@ static int parse_rope(const json_t *root, const char *path, float *theta, eng_er
         return wrong_type(path, "rope_parameters.rope_type", "a string", v, e);
       if (strcmp(json_string_value(v), "default") != 0)
         return eng_err_set(e, ENG_ENOTSUP,
-                           "%s: field \"rope_parameters.%s\" is \"%s\": only \"default\" RoPE is "
+                           "%s: field \"rope_parameters.%s\" is not \"default\", the only RoPE "
                            "supported",
-                           path, key, json_string_value(v));
+                           path, key);
     } else if (strcmp(key, "partial_rotary_factor") == 0 && json_is_number(v) &&
                json_number_value(v) == 1.0) {
       // Rotating every dimension is what the engine does anyway.
@@ -206,8 +205,8 @@ static int refuse_unsupported(const json_t *root, const char *path, eng_arch arc
     if (!json_is_string(act)) return wrong_type(path, "hidden_act", "a string", act, e);
     if (strcmp(json_string_value(act), "silu") != 0)
       return eng_err_set(e, ENG_ENOTSUP,
-                         "%s: field \"hidden_act\" is \"%s\": only \"silu\" is supported", path,
-                         json_string_value(act));
+                         "%s: field \"hidden_act\" is not \"silu\", the only activation supported",
+                         path);
   }
   int rc = ENG_OK;
   if (arch == ENG_ARCH_LLAMA) {
@@ -229,9 +228,9 @@ static int refuse_unsupported(const json_t *root, const char *path, eng_arch arc
       if (!json_is_string(v)) return wrong_type(path, "layer_types", "an array of strings", v, e);
       if (strcmp(json_string_value(v), "full_attention") != 0)
         return eng_err_set(e, ENG_ENOTSUP,
-                           "%s: field \"layer_types\" entry %zu is \"%s\": only \"full_attention\" "
-                           "is supported",
-                           path, i, json_string_value(v));
+                           "%s: field \"layer_types\" entry %zu is not \"full_attention\", the "
+                           "only attention supported",
+                           path, i);
     }
   }
   return ENG_OK;

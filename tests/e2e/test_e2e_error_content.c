@@ -3,7 +3,8 @@
 // - a .jsonl data file, a config.json and a safetensors header that are not
 //   valid JSON fail naming the file and the place (line, column, byte), and
 //   quote none of the content (jansson's own message would: "invalid token
-//   near 'hunter2'");
+//   near 'hunter2'"); a config.json field with an unknown value is named,
+//   its value is not;
 // - config.json linked to a secret outside the roots gets the one answer;
 // - a train_path outside the roots (present or absent), absent inside them,
 //   or linked out of them: the same message, but for the path itself.
@@ -55,6 +56,11 @@ int main(void) {
   td_sh("mkdir -p %s && cp %s/model.safetensors %s/", dir, qwen3, dir);
   td_write(tmp_path("data/badcfg/config.json"), SECRET, strlen(SECRET));
   expect_clean("config.json", td_jobfile_hf("badcfg", dir, NULL, 2), "config.json", "not valid JSON at line 1");
+
+  // Valid JSON whose value is the secret: the field is named, not its value.
+  const char *typed = "{\"model_type\": \"hunter2:$6$saltsalt\"}";
+  td_write(tmp_path("data/badcfg/config.json"), typed, strlen(typed));
+  expect_clean("config.json model_type", td_jobfile_hf("badtype", dir, NULL, 2), "config.json", "\"model_type\"");
 
   snprintf(dir, sizeof dir, "%s", tmp_path("data/linkcfg"));
   td_sh("mkdir -p %s && cp %s/model.safetensors %s/ && ln -s %s %s/config.json", dir, qwen3, dir, secret, dir);
