@@ -109,13 +109,13 @@ static int walk_nofollow(int root, const char *rest) {
   strcpy(buf, rest);
   int dir = root, fd = -1;
   errno = ENOENT; // an empty rest names the root, which is no file
-  for (char *p = buf, *save = NULL, *c = strtok_r(p, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+  for (char *save = NULL, *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
     if (!strcmp(c, "..")) {
       errno = EXDEV;
       fd = -1;
       break;
     }
-    int last = !save || !*save || strspn(save, "/") == strlen(save);
+    int last = save[strspn(save, "/")] == '\0';
     fd = openat(dir, c, last ? OPEN_FLAGS | O_NOFOLLOW : O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir != root) close(dir);
     dir = fd;
