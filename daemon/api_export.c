@@ -15,6 +15,7 @@
 
 #include "api.h"
 #include "log.h"
+#include "spec.h"
 
 #define T(x) Traind__V1__##x   // types
 #define K(x) TRAIND__V1__##x   // constants
@@ -31,6 +32,7 @@ typedef struct export_ctx {
   int bf16;
   eng_config model;
   char *src;              // the model directory the job started from, or NULL
+  eng_fs *fs;             // the roots src is read under
   char dir[4200];
   int rc;
   char err[600];
@@ -82,6 +84,7 @@ static void ctx_free(export_ctx *x) {
   if (x->fd >= 0) close(x->fd);
   if (x->dir[0]) cleanup_dir(x->dir);
   free(x->src);
+  eng_fs_free(x->fs);
   free(x->buf);
   free(x);
 }
@@ -97,7 +100,7 @@ static void on_close(srv_call *c, void *app) {
 static void export_work(uv_work_t *w) {
   export_ctx *x = w->data;
   eng_err e = {0};
-  x->rc = store_ckpt_export_hf(x->st, x->job, x->step, &x->model, x->dir, x->bf16, 0, x->src, &e);
+  x->rc = store_ckpt_export_hf(x->st, x->job, x->step, &x->model, x->dir, x->bf16, 0, x->fs, x->src, &e);
   if (x->rc) snprintf(x->err, sizeof x->err, "%s", e.msg);
 }
 
@@ -236,6 +239,11 @@ void api_export(srv_call *c, ProtobufCMessage *req) {
   }
   x->src = src;
   x->fd = -1;
+  if (src && spec_fs(&roots, &x->fs, &ve)) {
+    srv_fail(c, ve.code, "%s", ve.msg);
+    ctx_free(x);
+    return;
+  }
   x->c = c;
   x->d = d;
   x->st = d->st;

@@ -52,6 +52,13 @@ void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
   m->tie_word_embeddings = c->tie_embeddings;
 }
 
+int spec_fs(const val_roots *roots, eng_fs **out, val_err *e) {
+  eng_err ee = {0};
+  if (eng_fs_new(out, (const char *const *)roots->dirs, roots->n, &ee))
+    return fail(e, GRPC_STATUS_RESOURCE_EXHAUSTED, "spec", ee.msg);
+  return 0;
+}
+
 int spec_model_config(const T(JobSpec) *s, const val_roots *roots, eng_config *c, val_err *e) {
   eng_err ee = {0};
   if (s->model->source_case == K(MODEL_SPEC__SOURCE_CONFIG)) {
@@ -60,9 +67,15 @@ int spec_model_config(const T(JobSpec) *s, const val_roots *roots, eng_config *c
     return 0;
   }
   char *dir;
+  eng_fs *fs;
   if (val_path(s->model->hf_dir, "spec.model.hf_dir", 1, roots, &dir, e)) return -1;
+  if (spec_fs(roots, &fs, e)) {
+    free(dir);
+    return -1;
+  }
   int untied; // the runner's eng_open says so in the job's log
-  int rc = eng_hf_load_config(dir, c, &untied, &ee);
+  int rc = eng_hf_load_config(fs, dir, c, &untied, &ee);
+  eng_fs_free(fs);
   free(dir);
   if (rc) return fail(e, GRPC_STATUS_INVALID_ARGUMENT, "spec.model.hf_dir", ee.msg);
   return 0;
@@ -77,6 +90,7 @@ void spec_plan_free(spec_plan *p) {
   free(p->plan_json);
   free(p->place);
   free(p->keep);
+  eng_fs_free(p->fs);
   memset(p, 0, sizeof *p);
 }
 
@@ -169,12 +183,14 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
   if ((s->model->source_case == K(MODEL_SPEC__SOURCE_HF_DIR) &&
        val_path(s->model->hf_dir, "spec.model.hf_dir", 1, roots, &p->model_dir, e)) ||
       val_path(dt->train_path, "spec.data.train_path", 0, roots, &p->train_path, e) ||
-      (*dt->eval_path && val_path(dt->eval_path, "spec.data.eval_path", 0, roots, &p->eval_path, e))) {
+      (*dt->eval_path && val_path(dt->eval_path, "spec.data.eval_path", 0, roots, &p->eval_path, e)) ||
+      spec_fs(roots, &p->fs, e)) {
     spec_plan_free(p);
     return -1;
   }
   g->model_dir = p->model_dir;
   g->train_path = p->train_path;
   g->eval_path = p->eval_path;
+  g->fs = p->fs;
   return 0;
 }

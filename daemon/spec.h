@@ -21,20 +21,25 @@ typedef struct spec_plan {
   int64_t total_steps;
   int ckpt_every, ckpt_keep;
   char *model_dir, *train_path, *eval_path; // resolved, or NULL
+  eng_fs *fs;             // the roots the engine opens them under (eng.fs), or NULL
   int use_planner;        // spec.device.plan: the planner chooses the policy
   char *plan_json;        // the plan already made for the job (a resume), or NULL
   eng_place *place;       // the plan's policy once applied (eng.plan_place points here)
   uint8_t *keep;          // (eng.plan_keep points here)
 } spec_plan;
 
+// The file policy over the roots (engine/common/fs_open.h) that every file
+// of a job is opened under; *out is freed with eng_fs_free.
+int spec_fs(const val_roots *roots, eng_fs **out, val_err *e);
+
 // The model's configuration. hf_dir is resolved against the roots and read
-// as the engine reads it (eng_hf_load_config); errors name the field
-// (INVALID_ARGUMENT).
+// as the engine reads it (eng_hf_load_config, under spec_fs); errors name
+// the field (INVALID_ARGUMENT).
 int spec_model_config(const Traind__V1__JobSpec *s, const val_roots *roots, eng_config *c, val_err *e);
 
 // Builds the plan for config c; with roots != NULL the paths are resolved
-// (and checked) again, else the eng_spec carries no paths (enough for
-// sizing). Checks what needs the engine: the device arena the job needs
+// (and checked) again and the eng_spec carries them and the roots' file
+// policy, else it carries no paths (enough for sizing). Checks what needs the engine: the device arena the job needs
 // against its cap, seq_len against max_position_embeddings.
 int spec_plan_build(const Traind__V1__JobSpec *s, const eng_config *c, const spec_defaults *d, const val_roots *roots,
                     spec_plan *p, val_err *e);

@@ -168,35 +168,24 @@ int val_path(const char *path, const char *field, int dir, const val_roots *root
   if (path[0] != '/') return bad(e, "%s: \"%s\" is not an absolute path", field, path);
   if (strlen(path) >= PATH_MAX) return bad(e, "%s: longer than %d bytes", field, PATH_MAX - 1);
   char *r = realpath(path, NULL);
-  if (!r) return bad(e, "%s: %s: %s", field, path, strerror(errno));
   int under = 0;
-  for (int i = 0; i < roots->n && !under; i++) {
+  for (int i = 0; r && i < roots->n && !under; i++) {
     size_t n = strlen(roots->dirs[i]);
     // "/" as a root holds everything; otherwise a whole path component must match.
     under = !strcmp(roots->dirs[i], "/") ||
             (!strncmp(r, roots->dirs[i], n) && (r[n] == '/' || r[n] == 0));
   }
-  if (!under) {
-    int same = !strcmp(r, path);
-    bad(e, "%s: %s%s%s is not under a data root of this daemon", field, path, same ? "" : " (resolves to ",
-        same ? "" : r);
-    if (!same) strncat(e->msg, ")", sizeof e->msg - strlen(e->msg) - 1);
-    free(r);
-    return -1;
-  }
   struct stat st;
-  if (stat(r, &st)) {
-    bad(e, "%s: %s: %s", field, path, strerror(errno));
+  // Absent, outside the roots (also through a symlink), unreadable: one
+  // answer, so that a job's errors tell nothing about the rest of the
+  // filesystem. Only a path that may be read is described further.
+  if (!under || stat(r, &st) || access(r, dir ? R_OK | X_OK : R_OK)) {
+    bad(e, "%s: " ENG_FS_NOT_THERE ": %s", field, path);
     free(r);
     return -1;
   }
   if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
     bad(e, "%s: %s is not a %s", field, path, dir ? "directory" : "regular file");
-    free(r);
-    return -1;
-  }
-  if (access(r, dir ? R_OK | X_OK : R_OK)) {
-    bad(e, "%s: %s: not readable by the daemon (%s)", field, path, strerror(errno));
     free(r);
     return -1;
   }

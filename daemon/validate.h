@@ -9,6 +9,7 @@
 #include <grpc/status.h>
 #include <protobuf-c/protobuf-c.h>
 
+#include "common/fs_open.h"
 #include "traind/v1/traind.pb-c.h"
 
 typedef struct val_err {
@@ -47,7 +48,9 @@ int val_export(const Traind__V1__ExportJobRequest *r, val_err *e);
 
 // path resolved with realpath (symlinks followed) must lie under a root and
 // be a readable regular file (dir = 0) or directory (dir = 1). *resolved is
-// malloc'd.
+// malloc'd. A path absent, outside the roots or unreadable gets one answer,
+// "<field>: " ENG_FS_NOT_THERE ": <path>", whichever it is, the words the
+// engine uses when it opens a job's files (common/fs_open.h).
 int val_path(const char *path, const char *field, int dir, const val_roots *roots, char **resolved, val_err *e);
 
 #endif

@@ -98,7 +98,7 @@ static int spec_config(const eng_spec *spec, eng_config *cfg, int *untied, eng_e
     *cfg = spec->config;
     return eng_config_validate(cfg, "spec", e);
   }
-  return eng_hf_load_config(spec->model_dir, cfg, untied, e);
+  return eng_hf_load_config(spec->fs, spec->model_dir, cfg, untied, e);
 }
 
 static eng_exec_policy spec_policy(const eng_spec *s) {
@@ -243,16 +243,16 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   if (spec->model_dir) {
     float *ws[r->model.lo.n_shards];
     for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;
-    if ((rc = eng_hf_load_weights(spec->model_dir, &r->model.lo, ws, e))) goto fail;
+    if ((rc = eng_hf_load_weights(spec->fs, spec->model_dir, &r->model.lo, ws, e))) goto fail;
   } else {
     eng_model_init_random(&r->model, spec->seed);
   }
   eng_model_work_refresh(&r->model);
   if (spec->train_path &&
-      (rc = eng_data_open(&r->train, spec->train_path, spec->seq_len, cfg.vocab, spec->seed, 1, e)))
+      (rc = eng_data_open(&r->train, spec->fs, spec->train_path, spec->seq_len, cfg.vocab, spec->seed, 1, e)))
     goto fail;
   if (spec->eval_path &&
-      (rc = eng_data_open(&r->eval, spec->eval_path, spec->seq_len, cfg.vocab, spec->seed, 0, e)))
+      (rc = eng_data_open(&r->eval, spec->fs, spec->eval_path, spec->seq_len, cfg.vocab, spec->seed, 0, e)))
     goto fail;
   if ((rc = eng_exec_open(&r->exec, &r->model, r->dev, &pol, e))) goto fail;
   *out = r;
@@ -529,7 +529,7 @@ int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e) {
   eng_exec_quiesce(r->exec);
   const float *ws[r->model.lo.n_shards];
   for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;
-  return eng_hf_save(dir, &r->model.cfg, &r->model.lo, ws, bf16, 0, r->model_dir, e);
+  return eng_hf_save(dir, &r->model.cfg, &r->model.lo, ws, bf16, 0, r->spec.fs, r->model_dir, e);
 }
 
 int64_t eng_steps_done(const eng_run *r) { return r->step; }

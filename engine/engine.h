@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/fs_open.h"
 #include "model/config.h"
 #include "store.h"
 
@@ -61,6 +62,10 @@ typedef struct eng_spec {
   // (all fields set) when model_dir is NULL.
   const char *model_dir;
   eng_config config;
+  // Where model_dir, train_path and eval_path may be read from
+  // (common/fs_open.h): the daemon's data roots; NULL opens any path. It must
+  // outlive the run (eng_export_hf reads the model directory again).
+  const eng_fs *fs;
   uint64_t seed;          // init, data order
 
   // Data (engine/data): .bin shards, .jsonl SFT records, or text (bytes).

@@ -189,10 +189,11 @@ int store_engine_open(eng_store *st, store *s, const char *job, int keep, eng_er
 // a Hugging Face directory for config c: config.json plus safetensors, in
 // BF16 when bf16 != 0, split into files of at most max_shard_bytes (0: one
 // file). src_dir, when not NULL, is the model directory the job started
-// from: its token ids and tokenizer files go with the export (eng_hf_save).
+// from: its token ids and tokenizer files go with the export (eng_hf_save),
+// read under src_fs (common/fs_open.h; NULL: anywhere).
 // Holds the fp32 weights (not the optimizer state) in host memory.
 int store_ckpt_export_hf(store *s, const char *job, int64_t step, const eng_config *c, const char *dir,
-                         int bf16, size_t max_shard_bytes, const char *src_dir, eng_err *e);
+                         int bf16, size_t max_shard_bytes, const eng_fs *src_fs, const char *src_dir, eng_err *e);
 // Opens a run from a Hugging Face directory and saves it as the job's
 // checkpoint at step 0 (optimizer state zero), ready for eng_load.
 int store_ckpt_import_hf(store *s, const char *job, const char *hf_dir, eng_err *e);

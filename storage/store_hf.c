@@ -10,7 +10,7 @@
 #include "store_impl.h"
 
 int store_ckpt_export_hf(store *s, const char *job, int64_t step, const eng_config *c, const char *dir,
-                         int bf16, size_t max_shard_bytes, const char *src_dir, eng_err *e) {
+                         int bf16, size_t max_shard_bytes, const eng_fs *src_fs, const char *src_dir, eng_err *e) {
   int rc = eng_config_validate(c, "export config", e);
   if (rc) return rc;
   if (step < 0) {
@@ -35,7 +35,7 @@ int store_ckpt_export_hf(store *s, const char *job, int64_t step, const eng_conf
       rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes for shard \"%s\"", want, name);
     if (!rc) rc = store_ckpt_load(s, job, step, name, w[i], want, e);
   }
-  if (!rc) rc = eng_hf_save(dir, c, &lo, (const float *const *)w, bf16, max_shard_bytes, src_dir, e);
+  if (!rc) rc = eng_hf_save(dir, c, &lo, (const float *const *)w, bf16, max_shard_bytes, src_fs, src_dir, e);
   for (int i = 0; i < lo.n_shards; i++) free(w[i]);
   free(w);
   return rc;

@@ -40,7 +40,7 @@ static inline void fx_open(eng_st_file *f, const char *fixture) {
   char path[1200];
   eng_err e = {0};
   snprintf(path, sizeof path, "%s/ref.safetensors", fx_dir(fixture));
-  CHECK_OK(eng_st_open(f, path, &e), &e);
+  CHECK_OK(eng_st_open(f, NULL, path, &e), &e);
 }
 
 static inline float *fx_f32(const eng_st_file *f, const char *name, size_t *numel) {

@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <unistd.h>
 
 #include "data/data_impl.h"
 
@@ -22,15 +22,18 @@ static int data_windows(eng_data *d, eng_err *e) {
   return ENG_OK;
 }
 
-static int data_load(eng_data *d, eng_err *e) {
-  if (ends_with(d->path, ".jsonl")) return eng_data_jsonl_load(d, e);
-  int rc = ends_with(d->path, ".bin") || eng_data_bin_sniff(d->path) ? eng_data_bin_load(d, e)
-                                                                      : eng_data_text_load(d, e);
+static int data_load(eng_data *d, const eng_fs *fs, eng_err *e) {
+  int fd;
+  int rc = eng_fs_open(fs, d->path, &fd, e);
+  if (rc) return rc;
+  if (ends_with(d->path, ".jsonl")) return eng_data_jsonl_load(d, fd, e);
+  rc = ends_with(d->path, ".bin") || eng_data_bin_sniff(fd) ? eng_data_bin_load(d, fd, e)
+                                                            : eng_data_text_load(d, fd, e);
   return rc ? rc : data_windows(d, e);
 }
 
-int eng_data_open(eng_data **out, const char *path, int seq_len, int vocab, uint64_t seed, int shuffle,
-                  eng_err *e) {
+int eng_data_open(eng_data **out, const eng_fs *fs, const char *path, int seq_len, int vocab, uint64_t seed,
+                  int shuffle, eng_err *e) {
   *out = NULL;
   if (seq_len <= 0) return eng_err_set(e, ENG_EINVAL, "%s: seq_len must be positive, got %d", path, seq_len);
   if (vocab <= 0) return eng_err_set(e, ENG_EINVAL, "%s: vocab must be positive, got %d", path, vocab);
@@ -41,11 +44,12 @@ int eng_data_open(eng_data **out, const char *path, int seq_len, int vocab, uint
     free(d);
     return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate the data set", path);
   }
+  d->fd = -1;
   d->seq_len = seq_len;
   d->vocab = vocab;
   d->seed = seed;
   d->shuffle = shuffle != 0;
-  int rc = data_load(d, e);
+  int rc = data_load(d, fs, e);
   // The permutation holds 32-bit indices (eng_rng_shuffle_u32).
   if (!rc && d->shuffle && d->nsamples > UINT32_MAX)
     rc = eng_err_set(e, ENG_EINVAL, "%s: %llu samples, more than the %lu a shuffled data set can order", path,
@@ -65,7 +69,8 @@ uint64_t eng_data_tokens(const eng_data *d) { return d->ntok; }
 
 void eng_data_close(eng_data *d) {
   if (!d) return;
-  if (d->map) munmap(d->map, d->map_len);
+  if (d->fd >= 0) close(d->fd);
+  free(d->raw);
   free(d->text_ids);
   free(d->rec_ids);
   free(d->rec_labels);

@@ -5,8 +5,11 @@
 // - "*.bin": an llm.c-style shard. A 1024-byte header of 256 little-endian
 //   int32: [0] = 20240520 (magic), [1] = version (1: uint16 tokens, 2: uint32
 //   tokens), [2] = number of tokens; then exactly that many tokens. The file is
-//   mmapped, never copied. A file with another extension whose first four
-//   bytes are the magic is read as a shard too.
+//   read a sample at a time (pread), never copied whole nor mapped: a shard
+//   that shrinks or changes under a run fails that run's next batch with an
+//   error naming it, where a mapping would kill the process (SIGBUS). A file
+//   with another extension whose first four bytes are the magic is read as a
+//   shard too.
 // - "*.jsonl": supervised fine-tuning records, one JSON object per line,
 //   {"input_ids": [int, ...], "labels": [int, ...]}. "labels" is optional
 //   (absent means labels = input_ids); other fields are ignored; blank lines
@@ -22,11 +25,13 @@
 // the input_ids and the labels of its sample (the Hugging Face convention:
 // labels aligned with input_ids, the loss shifts them by one).
 //
+// The file is opened under a file policy (common/fs_open.h; NULL: anywhere).
 // Everything is validated at open in one pass — token ids against vocab, the
 // shard header against the file size, every JSONL field — so that training
-// never fails on data mid-run. Errors name the file and the place (token
-// position, line, field) and are ENG_EINVAL for bad content, ENG_EIO when the
-// file cannot be read.
+// never fails on data mid-run unless the file changes. Errors name the file
+// and the place (token position, line, column, field), never the file's
+// bytes, and are ENG_EINVAL for bad content, ENG_EIO when the file cannot be
+// read.
 //
 // Order: with shuffle, epoch e visits every sample once, in the order of a
 // Fisher-Yates permutation of 0..n-1 (eng_rng_shuffle_u32) drawn from
@@ -41,6 +46,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/fs_open.h"
 
 // Label value that the loss ignores (the PyTorch/Hugging Face convention).
 #define ENG_DATA_IGNORE (-100)
@@ -62,8 +68,8 @@ typedef struct eng_data_pos {
 // [0, vocab). seed and shuffle set the order (see above). On success *out
 // owns the source (close it with eng_data_close) and its position is
 // (0, 0); on failure *out is NULL and nothing is left open.
-int eng_data_open(eng_data **out, const char *path, int seq_len, int vocab, uint64_t seed, int shuffle,
-                  eng_err *e);
+int eng_data_open(eng_data **out, const eng_fs *fs, const char *path, int seq_len, int vocab, uint64_t seed,
+                  int shuffle, eng_err *e);
 
 // Fills ids and labels, each [batch][seq_len] row-major, with the next batch
 // samples and advances the position, starting the next epoch (with its own

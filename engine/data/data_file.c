@@ -1,36 +1,30 @@
 // Whole-file reads for the formats that load into memory (text, JSONL).
-#define _POSIX_C_SOURCE 200809L // fileno under -std=c17
-
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/data_impl.h"
 
-int eng_data_file_read(const char *path, char **buf, size_t *len, eng_err *e) {
+int eng_data_file_read(const eng_data *d, int fd, char **buf, size_t *len, eng_err *e) {
   *buf = NULL;
   *len = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return eng_err_set(e, ENG_EIO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return eng_err_set(e, ENG_EIO, "%s: not a regular file", path);
-  }
+  if (fstat(fd, &st) != 0) return eng_err_set(e, ENG_EIO, "%s: cannot stat: %s", d->path, strerror(errno));
   size_t n = (size_t)st.st_size;
   char *b = malloc(n + 1);
-  if (!b) {
-    fclose(f);
-    return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate %zu bytes to read it", path, n + 1);
+  if (!b) return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate %zu bytes to read it", d->path, n + 1);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, b + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
   }
-  size_t got = fread(b, 1, n, f);
-  int failed = ferror(f);
-  fclose(f);
-  if (failed || got != n) {
+  if (got != n) {
     free(b);
-    return eng_err_set(e, ENG_EIO, "%s: read %zu of %zu bytes", path, got, n);
+    return eng_err_set(e, ENG_EIO, "%s: read %zu of %zu bytes", d->path, got, n);
   }
   b[n] = '\0';
   *buf = b;

@@ -15,14 +15,14 @@ struct eng_data {
   int shuffle;
   uint64_t seed;
 
-  // Pretraining source (shard or text): ntok tokens of tok_bytes (2 or 4)
-  // each, unsigned, at tok. tok points into map (a shard) or text_ids.
-  const void *tok;
-  int tok_bytes;
+  // Pretraining source: ntok tokens, in text_ids (a text file) or in the
+  // shard open at fd, tok_bytes (2 or 4) each, unsigned, after its header.
   uint64_t ntok;
-  void *map;       // the mmapped shard, or NULL
-  size_t map_len;
   int32_t *text_ids; // owned tokens of a text file, or NULL
+  int fd;            // the shard, or -1
+  int tok_bytes;
+  uint64_t size;     // the shard's bytes when opened
+  unsigned char *raw; // one sample's bytes, read from the shard
 
   // JSONL records: record r is rec_ids/rec_labels[rec_off[r] .. rec_off[r+1]),
   // already truncated to seq_len. rec_ids is NULL for a pretraining source.
@@ -35,23 +35,29 @@ struct eng_data {
   eng_data_pos pos;
 };
 
-// Reads the whole file into *buf (malloc'd, owned by the caller; NUL-terminated
-// for convenience, *len excludes the NUL).
-int eng_data_file_read(const char *path, char **buf, size_t *len, eng_err *e);
+// Reads the whole of the open file fd, d's source, into *buf (malloc'd,
+// owned by the caller; NUL-terminated for convenience, *len excludes the NUL).
+int eng_data_file_read(const eng_data *d, int fd, char **buf, size_t *len, eng_err *e);
 
-// Loaders: fill the source fields of d (path, seq_len and vocab are set) and
-// validate every token. The pretraining loaders set tok, tok_bytes and ntok;
-// the JSONL loader sets the records, nsamples and ntok.
-int eng_data_bin_load(eng_data *d, eng_err *e);
-int eng_data_text_load(eng_data *d, eng_err *e);
-int eng_data_jsonl_load(eng_data *d, eng_err *e);
+// Loaders: fill the source fields of d (path, seq_len and vocab are set)
+// from the open file fd and validate every token. The shard loader keeps fd
+// (d->fd, closed by eng_data_close); the others read it whole. The
+// pretraining loaders set ntok and the tokens; the JSONL loader sets the
+// records, nsamples and ntok.
+int eng_data_bin_load(eng_data *d, int fd, eng_err *e);
+int eng_data_text_load(eng_data *d, int fd, eng_err *e);
+int eng_data_jsonl_load(eng_data *d, int fd, eng_err *e);
+
+// Reads n tokens of the shard from token index at into ids, checking them
+// against vocab again and the file against its size at open: it may have
+// changed since.
+int eng_data_bin_read(eng_data *d, uint64_t at, size_t n, int32_t *ids, eng_err *e);
 
 // Allocates the permutation (when shuffling) and draws the one of pos.epoch.
 int eng_data_order_init(eng_data *d, eng_err *e);
 
-// Whether the file starts with the shard magic (content sniffing for files
-// whose extension says nothing). Unreadable files answer 0 and fail later
-// with a proper message.
-int eng_data_bin_sniff(const char *path);
+// Whether the open file starts with the shard magic (content sniffing for
+// files whose extension says nothing).
+int eng_data_bin_sniff(int fd);
 
 #endif

@@ -1,6 +1,7 @@
 // Serving samples: the per-epoch order, batching, and the position that a
 // checkpoint saves.
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/rng.h"
 #include "data/data_impl.h"
@@ -24,8 +25,8 @@ int eng_data_order_init(eng_data *d, eng_err *e) {
   return ENG_OK;
 }
 
-static void sample_fill(const eng_data *d, uint64_t s, int32_t *ids, int32_t *labels) {
-  int T = d->seq_len;
+static int sample_fill(eng_data *d, uint64_t s, int32_t *ids, int32_t *labels, eng_err *e) {
+  int T = d->seq_len, rc;
   if (d->rec_ids) {
     int n = (int)(d->rec_off[s + 1] - d->rec_off[s]); // at most T: truncated at load
     const int32_t *ri = d->rec_ids + d->rec_off[s], *rl = d->rec_labels + d->rec_off[s];
@@ -37,15 +38,15 @@ static void sample_fill(const eng_data *d, uint64_t s, int32_t *ids, int32_t *la
       ids[t] = 0;
       labels[t] = ENG_DATA_IGNORE;
     }
-    return;
+    return ENG_OK;
   }
   uint64_t at = s * (uint64_t)T;
-  for (int t = 0; t < T; t++) {
-    // Ids were checked below vocab (an int) at open, so they fit in int32.
-    ids[t] = d->tok_bytes == 2 ? (int32_t)((const uint16_t *)d->tok)[at + t]
-                               : (int32_t)((const uint32_t *)d->tok)[at + t];
-    labels[t] = ids[t];
-  }
+  if (d->text_ids)
+    memcpy(ids, d->text_ids + at, (size_t)T * sizeof *ids);
+  else if ((rc = eng_data_bin_read(d, at, (size_t)T, ids, e)))
+    return rc;
+  memcpy(labels, ids, (size_t)T * sizeof *labels);
+  return ENG_OK;
 }
 
 int eng_data_next(eng_data *d, int batch, int32_t *ids, int32_t *labels, eng_err *e) {
@@ -54,7 +55,8 @@ int eng_data_next(eng_data *d, int batch, int32_t *ids, int32_t *labels, eng_err
   size_t T = (size_t)d->seq_len;
   for (int b = 0; b < batch; b++) {
     uint64_t s = d->order ? d->order[d->pos.index] : d->pos.index;
-    sample_fill(d, s, ids + (size_t)b * T, labels + (size_t)b * T);
+    int rc = sample_fill(d, s, ids + (size_t)b * T, labels + (size_t)b * T, e);
+    if (rc) return rc;
     if (++d->pos.index == d->nsamples) {
       d->pos.epoch++;
       d->pos.index = 0;

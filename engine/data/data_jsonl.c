@@ -4,7 +4,9 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/json_file.h"
 #include "data/data_impl.h"
 
 // Growth state of the record arrays, which live in d as soon as they exist
@@ -117,8 +119,8 @@ static int jsonl_parse(eng_data *d, const char *buf, size_t len, eng_err *e) {
     json_error_t jerr;
     json_t *obj = json_loadb(s, n, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
     if (!obj)
-      return eng_err_set(e, ENG_EINVAL, "%s: line %llu: not valid JSON: %s (column %d)", d->path,
-                         (unsigned long long)line + 1, jerr.text, jerr.column);
+      return eng_err_set(e, ENG_EINVAL, "%s: line %llu: not valid JSON at column %d: %s", d->path,
+                         (unsigned long long)line + 1, jerr.column, eng_json_fault(&jerr));
     int rc = jsonl_record(d, &cap, obj, line + 1, e);
     json_decref(obj);
     if (rc) return rc;
@@ -127,10 +129,11 @@ static int jsonl_parse(eng_data *d, const char *buf, size_t len, eng_err *e) {
   return ENG_OK;
 }
 
-int eng_data_jsonl_load(eng_data *d, eng_err *e) {
+int eng_data_jsonl_load(eng_data *d, int fd, eng_err *e) {
   char *buf;
   size_t len;
-  int rc = eng_data_file_read(d->path, &buf, &len, e);
+  int rc = eng_data_file_read(d, fd, &buf, &len, e);
+  close(fd);
   if (rc) return rc;
   rc = len == 0 ? eng_err_set(e, ENG_EINVAL, "%s: empty file", d->path) : jsonl_parse(d, buf, len, e);
   free(buf);

@@ -1,18 +1,22 @@
 // Plain text through the byte-level tokenizer. Text files are small (the
 // demo's is a few hundred KB), so they are tokenised into memory at open.
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "data/data_impl.h"
 #include "data/tokenizer.h"
 
-int eng_data_text_load(eng_data *d, eng_err *e) {
-  if (d->vocab < ENG_TOK_BYTE_VOCAB)
+int eng_data_text_load(eng_data *d, int fd, eng_err *e) {
+  if (d->vocab < ENG_TOK_BYTE_VOCAB) {
+    close(fd);
     return eng_err_set(e, ENG_EINVAL,
                        "%s: plain text is read by the byte-level tokenizer, which needs vocab >= %d, got vocab %d",
                        d->path, ENG_TOK_BYTE_VOCAB, d->vocab);
+  }
   char *buf;
   size_t len;
-  int rc = eng_data_file_read(d->path, &buf, &len, e);
+  int rc = eng_data_file_read(d, fd, &buf, &len, e);
+  close(fd);
   if (rc) return rc;
   if (len == 0) {
     free(buf);
@@ -26,8 +30,6 @@ int eng_data_text_load(eng_data *d, eng_err *e) {
   eng_tok_byte_encode((const uint8_t *)buf, len, d->text_ids);
   free(buf);
   // Byte ids are 0..255, below vocab by the check above: nothing else to validate.
-  d->tok = d->text_ids;
-  d->tok_bytes = 4;
   d->ntok = len;
   return ENG_OK;
 }

@@ -91,17 +91,13 @@ int eng_afile_write_all(const char *path, const void *buf, size_t n, eng_err *e)
   return eng_afile_commit(&f, e);
 }
 
-int eng_afile_copy(const char *from, const char *path, eng_err *e) {
-  int fd = open(from, O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT) return 1;
-  if (fd < 0) return eng_err_set(e, ENG_EIO, "%s: cannot open: %s", from, strerror(errno));
+int eng_afile_copy(const eng_fs *fs, const char *from, const char *path, eng_err *e) {
+  int fd;
+  int rc = eng_fs_open_opt(fs, from, &fd, e);
+  if (rc) return rc;
   enum { CHUNK = 1 << 20 };
-  struct stat st;
-  char *buf = NULL;
-  int rc = ENG_OK;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-    rc = eng_err_set(e, ENG_EIO, "%s: not a regular file", from);
-  else if (!(buf = malloc(CHUNK)))
+  char *buf = malloc(CHUNK);
+  if (!buf)
     rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory to copy it", from);
   eng_afile f;
   if (!rc) rc = eng_afile_open(&f, path, e);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "common/err.h"
+#include "common/fs_open.h"
 
 typedef struct eng_afile {
   int fd;             // the open temporary file; -1 once committed or aborted
@@ -31,9 +32,10 @@ void eng_afile_abort(eng_afile *f);
 // The whole sequence for content already in memory.
 int eng_afile_write_all(const char *path, const void *buf, size_t n, eng_err *e);
 
-// The whole sequence for the content of the regular file from (a link to one
-// is followed, as in the Hugging Face cache). Returns 1, writing nothing,
-// when from does not exist.
-int eng_afile_copy(const char *from, const char *path, eng_err *e);
+// The whole sequence for the content of the regular file from, opened under
+// fs (common/fs_open.h; NULL: anywhere; a link beneath a root is followed, as
+// in the Hugging Face cache). Returns 1, writing nothing, when from does not
+// exist.
+int eng_afile_copy(const eng_fs *fs, const char *from, const char *path, eng_err *e);
 
 #endif

@@ -5,6 +5,7 @@
 #define ENG_MODEL_CONFIG_H
 
 #include "common/err.h"
+#include "common/fs_open.h"
 
 typedef enum { ENG_ARCH_LLAMA = 0, ENG_ARCH_QWEN2 = 1, ENG_ARCH_QWEN3 = 2 } eng_arch;
 
@@ -31,16 +32,17 @@ typedef struct eng_config {
 // sliding-window attention, MoE, attention/MLP bias on Llama, non-silu
 // activations) are refused with an error naming the file and the field, as
 // are token ids (bos_token_id, eos_token_id, pad_token_id) that are not an
-// integer or null (eos_token_id: or a list of integers).
-int eng_config_load(const char *path, eng_config *c, eng_err *e);
+// integer or null (eos_token_id: or a list of integers). The file is opened
+// under fs (common/fs_open.h; NULL: anywhere).
+int eng_config_load(const eng_fs *fs, const char *path, eng_config *c, eng_err *e);
 
 // Writes c as a config.json that transformers loads (architectures,
 // model_type, torch_dtype = dtype_name, e.g. "float32" or "bfloat16").
 // ids_from, when not NULL, is the config.json the model came from: its
 // token ids (bos_token_id, eos_token_id, pad_token_id) are written as they
-// are there, since eng_config does not hold them.
+// are there, since eng_config does not hold them; it is read under ids_fs.
 int eng_config_save(const eng_config *c, const char *path, const char *dtype_name,
-                    const char *ids_from, eng_err *e);
+                    const eng_fs *ids_fs, const char *ids_from, eng_err *e);
 
 // Checks internal consistency (positive sizes, heads divisible by kv heads).
 // `what` names the source in the message (a path or "spec").

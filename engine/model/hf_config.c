@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json_file.h"
 #include "common/json_kind.h"
 #include "kernels/kernels.h"
 #include "model/atomic_file.h"
@@ -110,8 +111,7 @@ static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_e
     if (arch < 0)
       return eng_err_set(
           e, ENG_ENOTSUP,
-          "%s: field \"model_type\" is \"%s\", which is not one of llama, qwen2, qwen3", path,
-          json_string_value(mt));
+          "%s: field \"model_type\" is not one of llama, qwen2, qwen3", path);
   }
   const json_t *list = json_object_get(root, "architectures");
   if (list && !json_is_null(list)) {
@@ -123,14 +123,14 @@ static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_e
       int a = find_arch(json_string_value(v), 1);
       if (a < 0)
         return eng_err_set(e, ENG_ENOTSUP,
-                           "%s: field \"architectures\" names \"%s\", which is not one of "
+                           "%s: field \"architectures\" entry %zu is not one of "
                            "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
-                           path, json_string_value(v));
+                           path, i);
       if (arch >= 0 && a != arch)
         return eng_err_set(
             e, ENG_EINVAL,
-            "%s: field \"architectures\" names \"%s\" but field \"model_type\" is \"%s\"", path,
-            json_string_value(v), archs[arch].model_type);
+            "%s: field \"architectures\" entry %zu names %s but field \"model_type\" is %s", path,
+            i, archs[a].architecture, archs[arch].model_type);
       arch = a;
     }
   }
@@ -168,9 +168,9 @@ static int parse_rope(const json_t *root, const char *path, float *theta, eng_er
         return wrong_type(path, "rope_parameters.rope_type", "a string", v, e);
       if (strcmp(json_string_value(v), "default") != 0)
         return eng_err_set(e, ENG_ENOTSUP,
-                           "%s: field \"rope_parameters.%s\" is \"%s\": only \"default\" RoPE is "
+                           "%s: field \"rope_parameters.%s\" is not \"default\", the only RoPE "
                            "supported",
-                           path, key, json_string_value(v));
+                           path, key);
     } else if (strcmp(key, "partial_rotary_factor") == 0 && json_is_number(v) &&
                json_number_value(v) == 1.0) {
       // Rotating every dimension is what the engine does anyway.
@@ -205,8 +205,8 @@ static int refuse_unsupported(const json_t *root, const char *path, eng_arch arc
     if (!json_is_string(act)) return wrong_type(path, "hidden_act", "a string", act, e);
     if (strcmp(json_string_value(act), "silu") != 0)
       return eng_err_set(e, ENG_ENOTSUP,
-                         "%s: field \"hidden_act\" is \"%s\": only \"silu\" is supported", path,
-                         json_string_value(act));
+                         "%s: field \"hidden_act\" is not \"silu\", the only activation supported",
+                         path);
   }
   int rc = ENG_OK;
   if (arch == ENG_ARCH_LLAMA) {
@@ -228,9 +228,9 @@ static int refuse_unsupported(const json_t *root, const char *path, eng_arch arc
       if (!json_is_string(v)) return wrong_type(path, "layer_types", "an array of strings", v, e);
       if (strcmp(json_string_value(v), "full_attention") != 0)
         return eng_err_set(e, ENG_ENOTSUP,
-                           "%s: field \"layer_types\" entry %zu is \"%s\": only \"full_attention\" "
-                           "is supported",
-                           path, i, json_string_value(v));
+                           "%s: field \"layer_types\" entry %zu is not \"full_attention\", the "
+                           "only attention supported",
+                           path, i);
     }
   }
   return ENG_OK;
@@ -316,26 +316,19 @@ static int parse(const json_t *root, const char *path, eng_config *c, eng_err *e
 }
 
 // The JSON object of a config.json file, for the caller to release.
-static int load_object(const char *path, json_t **root, eng_err *e) {
-  json_error_t jerr;
-  *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-  if (!*root) {
-    if (json_error_code(&jerr) == json_error_cannot_open_file)
-      return eng_err_set(e, ENG_EIO, "%s: %s", path, jerr.text);
-    return eng_err_set(e, ENG_EINVAL, "%s: not valid JSON (line %d, column %d): %s", path,
-                       jerr.line, jerr.column, jerr.text);
-  }
-  if (json_is_object(*root)) return ENG_OK;
-  int rc = eng_err_set(e, ENG_EINVAL, "%s: must hold a JSON object, not %s", path,
+static int load_object(const eng_fs *fs, const char *path, json_t **root, eng_err *e) {
+  int rc = eng_json_load(fs, path, root, e);
+  if (rc || json_is_object(*root)) return rc;
+  rc = eng_err_set(e, ENG_EINVAL, "%s: must hold a JSON object, not %s", path,
                        eng_json_kind(*root));
   json_decref(*root);
   *root = NULL;
   return rc;
 }
 
-int eng_config_load(const char *path, eng_config *c, eng_err *e) {
+int eng_config_load(const eng_fs *fs, const char *path, eng_config *c, eng_err *e) {
   json_t *root;
-  int rc = load_object(path, &root, e);
+  int rc = load_object(fs, path, &root, e);
   if (rc) return rc;
   rc = parse(root, path, c, e);
   json_decref(root);
@@ -428,9 +421,9 @@ static json_t *json_float(float f) {
 static int set(json_t *obj, const char *key, json_t *v) { return json_object_set_new(obj, key, v); }
 
 // Sets o's token-id fields to those of the config.json at ids_from.
-static int copy_token_ids(json_t *o, const char *ids_from, eng_err *e) {
+static int copy_token_ids(json_t *o, const eng_fs *fs, const char *ids_from, eng_err *e) {
   json_t *src;
-  int rc = load_object(ids_from, &src, e);
+  int rc = load_object(fs, ids_from, &src, e);
   if (!rc) rc = check_token_ids(src, ids_from, e);
   for (int i = 0; !rc && i < N_TOKEN_ID_FIELDS; i++) {
     json_t *v = json_object_get(src, token_id_fields[i]);
@@ -442,11 +435,11 @@ static int copy_token_ids(json_t *o, const char *ids_from, eng_err *e) {
 }
 
 int eng_config_save(const eng_config *c, const char *path, const char *dtype_name,
-                    const char *ids_from, eng_err *e) {
+                    const eng_fs *ids_fs, const char *ids_from, eng_err *e) {
   int rc = eng_config_validate(c, path, e);
   if (rc) return rc;
   json_t *o = json_object(), *arch_list = json_array(), *rope = json_object();
-  if (o && ids_from && (rc = copy_token_ids(o, ids_from, e))) {
+  if (o && ids_from && (rc = copy_token_ids(o, ids_fs, ids_from, e))) {
     json_decref(o);
     json_decref(arch_list);
     json_decref(rope);

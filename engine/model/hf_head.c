@@ -45,14 +45,14 @@ static int same_rows(const eng_st_file *fa, const eng_st_tensor *a, const eng_st
   return rc;
 }
 
-int eng_hf_head_distinct(const char *dir, int *distinct, eng_err *e) {
+int eng_hf_head_distinct(const eng_fs *fs, const char *dir, int *distinct, eng_err *e) {
   eng_st_file fe = {0}, fh = {0};
   const eng_st_tensor *embed = NULL, *head = NULL;
   *distinct = 0;
-  int rc = eng_hf_open_tensor(dir, HEAD_NAME, &fh, &head, e);
+  int rc = eng_hf_open_tensor(fs, dir, HEAD_NAME, &fh, &head, e);
   // Without an embedding there is nothing to compare with; the loader
   // reports it missing.
-  if (!rc && head) rc = eng_hf_open_tensor(dir, EMBED_NAME, &fe, &embed, e);
+  if (!rc && head) rc = eng_hf_open_tensor(fs, dir, EMBED_NAME, &fe, &embed, e);
   if (!rc && head && embed) {
     int same;
     rc = same_rows(&fe, embed, &fh, head, &same, e);
@@ -63,15 +63,15 @@ int eng_hf_head_distinct(const char *dir, int *distinct, eng_err *e) {
   return rc;
 }
 
-int eng_hf_load_config(const char *dir, eng_config *c, int *untied, eng_err *e) {
+int eng_hf_load_config(const eng_fs *fs, const char *dir, eng_config *c, int *untied, eng_err *e) {
   char path[4096];
   *untied = 0;
   int n = snprintf(path, sizeof path, "%s/config.json", dir);
   if (n < 0 || (size_t)n >= sizeof path)
     return eng_err_set(e, ENG_EINVAL, "%.200s/config.json: path is too long", dir);
-  int rc = eng_config_load(path, c, e);
+  int rc = eng_config_load(fs, path, c, e);
   if (rc || !c->tie_embeddings) return rc;
-  rc = eng_hf_head_distinct(dir, untied, e);
+  rc = eng_hf_head_distinct(fs, dir, untied, e);
   if (!rc && *untied) c->tie_embeddings = 0;
   return rc;
 }

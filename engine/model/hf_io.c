@@ -1,4 +1,4 @@
-// POSIX 2008 for open flags, mmap, strdup and fsync under -std=c17 too.
+// POSIX 2008 for mkdir, unlink and strdup under -std=c17 too.
 #define _POSIX_C_SOURCE 200809L
 
 #include "model/hf_io.h"
@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/json_file.h"
 #include "model/atomic_file.h"
 #include "model/safetensors.h"
 
@@ -22,11 +23,6 @@ static int join(char *out, size_t cap, const char *dir, const char *name, eng_er
   if (n < 0 || (size_t)n >= cap)
     return eng_err_set(e, ENG_EINVAL, "%.200s/%s: path is too long", dir, name);
   return ENG_OK;
-}
-
-static int exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
 }
 
 // A tensor's slot among the 3 + L * ENG_P_LAYER_COUNT that a layout can
@@ -43,6 +39,7 @@ static size_t slot_of(const eng_layout *lo, int shard, const eng_tensor *t) {
 // ---- load ----------------------------------------------------------------------
 
 typedef struct loader {
+  const eng_fs *fs;
   const eng_layout *lo;
   float *const *shards;
   unsigned char *seen; // one flag per slot
@@ -126,7 +123,7 @@ static int check_complete(const loader *L, eng_err *e) {
 // copy of it: another one would be dropped, which loading must never do.
 static int check_tied_head(const loader *L, const char *dir, eng_err *e) {
   int distinct = 0;
-  int rc = L->tied_head ? eng_hf_head_distinct(dir, &distinct, e) : ENG_OK;
+  int rc = L->tied_head ? eng_hf_head_distinct(L->fs, dir, &distinct, e) : ENG_OK;
   if (!rc && distinct)
     rc = eng_err_set(e, ENG_EINVAL,
                      "%s: tensor \"%s\" differs from the embedding, but the configuration it is "
@@ -137,7 +134,7 @@ static int check_tied_head(const loader *L, const char *dir, eng_err *e) {
 
 static int load_single(loader *L, const char *path, eng_err *e) {
   eng_st_file f;
-  int rc = eng_st_open(&f, path, e);
+  int rc = eng_st_open(&f, L->fs, path, e);
   for (int i = 0; !rc && i < f.n_tensors; i++) rc = load_tensor(L, &f, &f.tensors[i], e);
   eng_st_close(&f);
   return rc;
@@ -163,7 +160,7 @@ static int load_shard(loader *L, const char *dir, const char *index, const json_
   char path[4096];
   int rc = join(path, sizeof path, dir, file, e);
   eng_st_file f;
-  if (!rc) rc = eng_st_open(&f, path, e);
+  if (!rc) rc = eng_st_open(&f, L->fs, path, e);
   if (rc == ENG_EIO)
     eng_err_prefix(e, "%s: field \"weight_map\" names a file that cannot be read: ", index);
   if (rc) return rc;
@@ -183,20 +180,16 @@ static int load_shard(loader *L, const char *dir, const char *index, const json_
 
 // Reads an index and checks every entry of its weight map; *root is the
 // parsed file, for the caller to release, and *map its weight map.
-static int load_index(const char *index, json_t **root, const json_t **map, eng_err *e) {
-  json_error_t jerr;
-  *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
-  if (!*root)
-    return eng_err_set(e,
-                       json_error_code(&jerr) == json_error_cannot_open_file ? ENG_EIO : ENG_EINVAL,
-                       "%s: %s (line %d)", index, jerr.text, jerr.line);
+static int load_index(const eng_fs *fs, const char *index, json_t **root, const json_t **map, eng_err *e) {
+  int rc = eng_json_load(fs, index, root, e);
+  if (rc) return rc;
   *map = json_object_get(*root, "weight_map");
   if (!json_is_object(*root) || !json_is_object(*map))
     return eng_err_set(e, ENG_EINVAL, "%s: field \"weight_map\" must be an object", index);
   const char *name;
   const json_t *v;
   json_object_foreach((json_t *)*map, name, v) {
-    int rc = check_shard_name(index, name, v, e);
+    rc = check_shard_name(index, name, v, e);
     if (rc) return rc;
   }
   return ENG_OK;
@@ -205,7 +198,7 @@ static int load_index(const char *index, json_t **root, const json_t **map, eng_
 static int load_sharded(loader *L, const char *dir, const char *index, eng_err *e) {
   json_t *root;
   const json_t *map;
-  int rc = load_index(index, &root, &map, e);
+  int rc = load_index(L->fs, index, &root, &map, e);
   // Each file once, in order of first mention; the number of shard files is
   // small, so finding earlier mentions by a scan is cheap.
   if (!rc) {
@@ -225,36 +218,37 @@ static int load_sharded(loader *L, const char *dir, const char *index, eng_err *
 
 // The weight files of dir: model.safetensors when it exists (as transformers
 // reads it), else the index.
-static int weight_paths(const char *dir, char single[static 4096], char index[static 4096],
+static int weight_paths(const eng_fs *fs, const char *dir, char single[static 4096], char index[static 4096],
                         int *sharded, eng_err *e) {
   int rc = join(single, 4096, dir, SINGLE_NAME, e);
   if (!rc) rc = join(index, 4096, dir, INDEX_NAME, e);
   if (rc) return rc;
-  *sharded = !exists(single) && exists(index);
-  if (!*sharded && !exists(single))
+  int has_single = eng_fs_exists(fs, single);
+  *sharded = !has_single && eng_fs_exists(fs, index);
+  if (!*sharded && !has_single)
     return eng_err_set(e, ENG_EIO, "%s: holds neither %s nor %s", dir, SINGLE_NAME, INDEX_NAME);
   return ENG_OK;
 }
 
-int eng_hf_open_tensor(const char *dir, const char *name, eng_st_file *f, const eng_st_tensor **t,
+int eng_hf_open_tensor(const eng_fs *fs, const char *dir, const char *name, eng_st_file *f, const eng_st_tensor **t,
                        eng_err *e) {
   char single[4096], index[4096], path[4096];
   int sharded;
   memset(f, 0, sizeof *f);
   *t = NULL;
-  int rc = weight_paths(dir, single, index, &sharded, e);
+  int rc = weight_paths(fs, dir, single, index, &sharded, e);
   if (rc) return rc;
   if (!sharded) {
-    rc = eng_st_open(f, single, e);
+    rc = eng_st_open(f, fs, single, e);
     if (!rc) *t = eng_st_find(f, name);
     return rc;
   }
   json_t *root;
   const json_t *map;
-  rc = load_index(index, &root, &map, e);
+  rc = load_index(fs, index, &root, &map, e);
   const json_t *file = rc ? NULL : json_object_get(map, name);
   if (file) rc = join(path, sizeof path, dir, json_string_value(file), e);
-  if (file && !rc) rc = eng_st_open(f, path, e);
+  if (file && !rc) rc = eng_st_open(f, fs, path, e);
   if (file && !rc && !(*t = eng_st_find(f, name)))
     rc = eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" is not in this file, where %s places it",
                      path, name, index);
@@ -263,12 +257,13 @@ int eng_hf_open_tensor(const char *dir, const char *name, eng_st_file *f, const 
   return rc;
 }
 
-int eng_hf_load_weights(const char *dir, const eng_layout *lo, float *const *shards, eng_err *e) {
+int eng_hf_load_weights(const eng_fs *fs, const char *dir, const eng_layout *lo, float *const *shards,
+                        eng_err *e) {
   char single[4096], index[4096];
   int sharded;
-  int rc = weight_paths(dir, single, index, &sharded, e);
+  int rc = weight_paths(fs, dir, single, index, &sharded, e);
   if (rc) return rc;
-  loader L = {.lo = lo, .shards = shards, .source = sharded ? index : single};
+  loader L = {.fs = fs, .lo = lo, .shards = shards, .source = sharded ? index : single};
   L.seen = calloc(3 + (size_t)lo->n_layers * ENG_P_LAYER_COUNT, 1);
   if (!L.seen) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
   rc = sharded ? load_sharded(&L, dir, index, e) : load_single(&L, single, e);
@@ -407,20 +402,20 @@ static const char *const side_files[] = {
     "added_tokens.json", "generation_config.json", "chat_template.jinja",
 };
 
-static int copy_side_files(const char *src, const char *dir, eng_err *e) {
+static int copy_side_files(const eng_fs *fs, const char *src, const char *dir, eng_err *e) {
   char from[4096], to[4096];
   for (size_t i = 0; i < sizeof side_files / sizeof side_files[0]; i++) {
     int rc = join(from, sizeof from, src, side_files[i], e);
     if (!rc) rc = join(to, sizeof to, dir, side_files[i], e);
-    if (!rc) rc = eng_afile_copy(from, to, e);
+    if (!rc) rc = eng_afile_copy(fs, from, to, e);
     if (rc < 0) return rc; // 1: the source has no such file
   }
   return ENG_OK;
 }
 
 int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
-                const float *const *shards, int bf16, size_t max_shard_bytes, const char *src_dir,
-                eng_err *e) {
+                const float *const *shards, int bf16, size_t max_shard_bytes, const eng_fs *src_fs,
+                const char *src_dir, eng_err *e) {
   int rc = eng_config_validate(c, dir, e);
   if (rc) return rc;
   eng_layout want;
@@ -442,10 +437,10 @@ int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
            ? write_single(dir, col.items, col.n, e)
            : write_sharded(dir, col.items, col.n, max_shard_bytes, e);
   free(col.items);
-  if (!rc && src_dir) rc = copy_side_files(src_dir, dir, e);
+  if (!rc && src_dir) rc = copy_side_files(src_fs, src_dir, dir, e);
   char path[4096], ids_from[4096];
   if (!rc) rc = join(path, sizeof path, dir, "config.json", e);
   if (!rc && src_dir) rc = join(ids_from, sizeof ids_from, src_dir, "config.json", e);
-  if (!rc) rc = eng_config_save(c, path, bf16 ? "bfloat16" : "float32", src_dir ? ids_from : NULL, e);
+  if (!rc) rc = eng_config_save(c, path, bf16 ? "bfloat16" : "float32", src_fs, src_dir ? ids_from : NULL, e);
   return rc;
 }

@@ -5,6 +5,10 @@
 // "weight_map": {tensor name: file name}}, next to the files it names. When
 // both exist model.safetensors is read, as transformers does. The config is
 // read separately with eng_config_load(dir/config.json) and gives the layout.
+//
+// Every file of a model directory is opened under a file policy fs
+// (common/fs_open.h; NULL: anywhere): the directory's path must be spelled
+// under one of its roots, and a link inside may not lead out of it.
 #ifndef ENG_MODEL_HF_IO_H
 #define ENG_MODEL_HF_IO_H
 
@@ -22,17 +26,17 @@
 // embedding is loaded untied with the file's head, as transformers does:
 // c->tie_embeddings becomes 0 and *untied 1 (else 0). A stored head equal
 // to the embedding, value for value as torch.equal compares, stays tied.
-int eng_hf_load_config(const char *dir, eng_config *c, int *untied, eng_err *e);
+int eng_hf_load_config(const eng_fs *fs, const char *dir, eng_config *c, int *untied, eng_err *e);
 
 // Whether the weights of dir hold an "lm_head.weight" that is not equal to
 // their "model.embed_tokens.weight" (as eng_hf_load_config compares them);
 // 0 when they hold no head or no embedding.
-int eng_hf_head_distinct(const char *dir, int *distinct, eng_err *e);
+int eng_hf_head_distinct(const eng_fs *fs, const char *dir, int *distinct, eng_err *e);
 
 // Opens the weight file of dir that holds tensor name: model.safetensors, or
 // the file the index assigns it. *t is NULL when no file of dir holds it.
 // After a success the caller closes f (eng_st_close), also when *t is NULL.
-int eng_hf_open_tensor(const char *dir, const char *name, eng_st_file *f, const eng_st_tensor **t,
+int eng_hf_open_tensor(const eng_fs *fs, const char *dir, const char *name, eng_st_file *f, const eng_st_tensor **t,
                        eng_err *e);
 
 // Fills every tensor of lo into the caller-allocated shards (shards[s] holds
@@ -45,7 +49,7 @@ int eng_hf_open_tensor(const char *dir, const char *name, eng_st_file *f, const 
 // gives the layout that keeps it). Errors name the file and the tensor, and
 // for shapes the expected and the found shape. On error the shards hold
 // partial data.
-int eng_hf_load_weights(const char *dir, const eng_layout *lo, float *const *shards, eng_err *e);
+int eng_hf_load_weights(const eng_fs *fs, const char *dir, const eng_layout *lo, float *const *shards, eng_err *e);
 
 // Writes dir/config.json and the weights, creating dir (and its parents) when
 // missing. Tensors are stored as BF16 (rounded to nearest even) when bf16 is
@@ -60,10 +64,11 @@ int eng_hf_load_weights(const char *dir, const eng_layout *lo, float *const *sha
 // go into the config.json written, and whichever of its tokenizer and
 // generation files exist (tokenizer.json, tokenizer_config.json,
 // special_tokens_map.json, vocab.json, merges.txt, tokenizer.model,
-// added_tokens.json, generation_config.json, chat_template.jinja) are copied.
+// added_tokens.json, generation_config.json, chat_template.jinja) are copied;
+// src_dir's files are read under src_fs.
 // Every file is written atomically; config.json is written last.
 int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
-                const float *const *shards, int bf16, size_t max_shard_bytes, const char *src_dir,
-                eng_err *e);
+                const float *const *shards, int bf16, size_t max_shard_bytes, const eng_fs *src_fs,
+                const char *src_dir, eng_err *e);
 
 #endif

@@ -1,4 +1,4 @@
-// POSIX 2008 for open flags, mmap, strdup and fsync under -std=c17 too.
+// POSIX 2008 for pread, strdup and fsync under -std=c17 too.
 #define _POSIX_C_SOURCE 200809L
 
 #include "model/safetensors.h"
@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/bf16.h"
+#include "common/json_file.h"
 #include "common/json_kind.h"
 #include "model/atomic_file.h"
 
@@ -206,12 +206,21 @@ static int check_tiling(const eng_st_file *f, eng_err *e) {
   return ENG_OK;
 }
 
+static int read_at(const eng_st_file *f, void *buf, size_t n, size_t off, eng_err *e) {
+  return eng_fs_pread(f->fd, f->path, f->size, buf, n, off, e);
+}
+
 static int parse_header(eng_st_file *f, size_t header_len, eng_err *e) {
+  char *text = malloc(header_len + 1);
+  if (!text) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory for a %zu-byte header", f->path, header_len);
+  int rc = read_at(f, text, header_len, 8, e);
   json_error_t jerr;
-  f->header = json_loadb((const char *)f->map + 8, header_len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!rc) f->header = json_loadb(text, header_len, JSON_REJECT_DUPLICATES, &jerr);
+  free(text);
+  if (rc) return rc;
   if (!f->header)
-    return eng_err_set(e, ENG_EINVAL, "%s: header is not valid JSON (column %d): %s", f->path,
-                       jerr.column, jerr.text);
+    return eng_err_set(e, ENG_EINVAL, "%s: header is not valid JSON at byte %d of the file: %s", f->path,
+                       8 + jerr.position, eng_json_fault(&jerr));
   if (!json_is_object(f->header))
     return eng_err_set(e, ENG_EINVAL, "%s: header must be a JSON object, got %s", f->path,
                        eng_json_kind(f->header));
@@ -237,45 +246,33 @@ static int parse_header(eng_st_file *f, size_t header_len, eng_err *e) {
   return check_tiling(f, e);
 }
 
-static int map_file(eng_st_file *f, eng_err *e) {
-  int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return eng_err_set(e, ENG_EIO, "%s: cannot open: %s", f->path, strerror(errno));
+static int open_file(eng_st_file *f, const eng_fs *fs, eng_err *e) {
+  int rc = eng_fs_open(fs, f->path, &f->fd, e);
+  if (rc) return rc;
   struct stat st;
-  int rc = ENG_OK;
-  if (fstat(fd, &st) != 0) {
-    rc = eng_err_set(e, ENG_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
-  } else if (!S_ISREG(st.st_mode)) {
-    rc = eng_err_set(e, ENG_EIO, "%s: not a regular file", f->path);
-  } else if (st.st_size < 8) {
-    rc =
-        eng_err_set(e, ENG_EINVAL, "%s: file is %lld bytes, too short for the 8-byte header length",
-                    f->path, (long long)st.st_size);
-  } else {
-    f->size = (size_t)st.st_size;
-    void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED)
-      rc = eng_err_set(e, ENG_EIO, "%s: cannot map: %s", f->path, strerror(errno));
-    else
-      f->map = m;
-  }
-  close(fd);
-  return rc;
+  if (fstat(f->fd, &st) != 0) return eng_err_set(e, ENG_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
+  if (st.st_size < 8)
+    return eng_err_set(e, ENG_EINVAL, "%s: file is %lld bytes, too short for the 8-byte header length", f->path,
+                       (long long)st.st_size);
+  f->size = (size_t)st.st_size;
+  return ENG_OK;
 }
 
-int eng_st_open(eng_st_file *f, const char *path, eng_err *e) {
+int eng_st_open(eng_st_file *f, const eng_fs *fs, const char *path, eng_err *e) {
   memset(f, 0, sizeof *f);
+  f->fd = -1;
   f->path = strdup(path);
   if (!f->path) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", path);
-  int rc = map_file(f, e);
+  int rc = open_file(f, fs, e);
+  uint64_t header_len;
+  if (!rc) rc = read_at(f, &header_len, sizeof header_len, 0, e);
   if (!rc) {
-    uint64_t header_len;
-    memcpy(&header_len, f->map, sizeof header_len);
     if (header_len > f->size - 8) {
       rc = eng_err_set(e, ENG_EINVAL,
                        "%s: header length %llu runs past the end of the file (%zu bytes)", f->path,
                        (unsigned long long)header_len, f->size);
     } else {
-      f->data = f->map + 8 + header_len;
+      f->data_off = 8 + (size_t)header_len;
       f->data_size = f->size - 8 - (size_t)header_len;
       rc = parse_header(f, (size_t)header_len, e);
     }
@@ -285,7 +282,7 @@ int eng_st_open(eng_st_file *f, const char *path, eng_err *e) {
 }
 
 void eng_st_close(eng_st_file *f) {
-  if (f->map) munmap((void *)f->map, f->size);
+  if (f->path && f->fd >= 0) close(f->fd);
   json_decref(f->header);
   free(f->tensors);
   free(f->path);
@@ -298,18 +295,22 @@ const eng_st_tensor *eng_st_find(const eng_st_file *f, const char *name) {
   return NULL;
 }
 
+// Half and I64 elements are read this many at a time and then widened or narrowed.
+enum { CHUNK = 4096 };
+
 int eng_st_read_f32(const eng_st_file *f, const eng_st_tensor *t, float *out, eng_err *e) {
-  const unsigned char *p = f->data + t->begin;
+  const size_t at = f->data_off + t->begin;
   switch (t->dtype) {
   case ENG_ST_F32:
-    if (t->numel) memcpy(out, p, t->numel * sizeof *out);
-    return ENG_OK;
+    return read_at(f, out, t->numel * sizeof *out, at, e);
   case ENG_ST_BF16:
   case ENG_ST_F16:
-    for (size_t i = 0; i < t->numel; i++) {
-      uint16_t h;
-      memcpy(&h, p + 2 * i, sizeof h);
-      out[i] = t->dtype == ENG_ST_BF16 ? eng_bf16_to_f32(h) : f16_to_f32(h);
+    for (size_t i = 0; i < t->numel; i += CHUNK) {
+      uint16_t h[CHUNK];
+      size_t n = t->numel - i < CHUNK ? t->numel - i : CHUNK;
+      int rc = read_at(f, h, n * sizeof *h, at + 2 * i, e);
+      if (rc) return rc;
+      for (size_t k = 0; k < n; k++) out[i + k] = t->dtype == ENG_ST_BF16 ? eng_bf16_to_f32(h[k]) : f16_to_f32(h[k]);
     }
     return ENG_OK;
   default:
@@ -320,21 +321,22 @@ int eng_st_read_f32(const eng_st_file *f, const eng_st_tensor *t, float *out, en
 }
 
 int eng_st_read_i32(const eng_st_file *f, const eng_st_tensor *t, int32_t *out, eng_err *e) {
-  const unsigned char *p = f->data + t->begin;
-  if (t->dtype == ENG_ST_I32) {
-    if (t->numel) memcpy(out, p, t->numel * sizeof *out);
-    return ENG_OK;
-  }
+  const size_t at = f->data_off + t->begin;
+  if (t->dtype == ENG_ST_I32) return read_at(f, out, t->numel * sizeof *out, at, e);
   if (t->dtype != ENG_ST_I64)
     return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" has dtype %s; I32 or I64 is needed",
                        f->path, t->name, dtypes[t->dtype].name);
-  for (size_t i = 0; i < t->numel; i++) {
-    int64_t v;
-    memcpy(&v, p + 8 * i, sizeof v);
-    if (v < INT32_MIN || v > INT32_MAX)
-      return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\": element %zu is %lld, outside int32",
-                         f->path, t->name, i, (long long)v);
-    out[i] = (int32_t)v;
+  for (size_t i = 0; i < t->numel; i += CHUNK) {
+    int64_t v[CHUNK];
+    size_t n = t->numel - i < CHUNK ? t->numel - i : CHUNK;
+    int rc = read_at(f, v, n * sizeof *v, at + 8 * i, e);
+    for (size_t k = 0; !rc && k < n; k++) {
+      if (v[k] < INT32_MIN || v[k] > INT32_MAX)
+        return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\": element %zu is %lld, outside int32",
+                           f->path, t->name, i + k, (long long)v[k]);
+      out[i + k] = (int32_t)v[k];
+    }
+    if (rc) return rc;
   }
   return ENG_OK;
 }

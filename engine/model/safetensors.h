@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/fs_open.h"
 
 #define ENG_ST_MAX_DIMS 8
 
@@ -38,20 +39,23 @@ typedef struct eng_st_tensor {
 
 struct json_t;
 
-// An open file. Fields are read-only to callers.
+// An open file. Fields are read-only to callers. Tensors are read with
+// pread, not through a mapping: a file truncated under a reader then fails
+// that read with an error naming it, where a mapping would be SIGBUS.
 typedef struct eng_st_file {
-  char *path;                // copy of the path, for messages
-  const unsigned char *map;  // the whole file, mapped read-only
-  size_t size;               // file bytes
-  const unsigned char *data; // start of the data section inside map
+  char *path;                // copy of the path, for messages; NULL when nothing is open
+  int fd;
+  size_t size;               // file bytes when opened
+  size_t data_off;           // where the data section starts
   size_t data_size;
   int n_tensors;
   eng_st_tensor *tensors; // in data order (ascending begin)
   struct json_t *header;  // parsed header; tensor names point into it
 } eng_st_file;
 
-// Maps and validates path. On failure f holds nothing to close.
-int eng_st_open(eng_st_file *f, const char *path, eng_err *e);
+// Opens and validates path, opened under fs (common/fs_open.h; NULL:
+// anywhere). On failure f holds nothing to close.
+int eng_st_open(eng_st_file *f, const eng_fs *fs, const char *path, eng_err *e);
 
 // Releases everything; safe on a zeroed or already closed f.
 void eng_st_close(eng_st_file *f);

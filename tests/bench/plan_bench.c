@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
     die("profiles", &e);
   eng_config cfg[4];
   for (int m = 0; m < 4; m++)
-    if (eng_config_load(path("models", models[m].file), &cfg[m], &e)) die(models[m].file, &e);
+    if (eng_config_load(NULL, path("models", models[m].file), &cfg[m], &e)) die(models[m].file, &e);
 
   double lazy = lazytrain_tokens_per_s(&cfg[3], &h800);
   printf("profile check: LazyTrain's 27B schedule (52 materialised, 13 recomputed) on the H800 profile: %.0f tokens/s "

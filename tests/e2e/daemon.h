@@ -113,6 +113,12 @@ static void *td_notify_reader(void *arg) {
   }
 }
 
+// Adds the model fixtures (tests/fixtures) as a data root, before td_start.
+static inline void td_root_fixtures(td *t) {
+  td_arg(t, "--data-root");
+  td_arg(t, TRAIND_SOURCE_DIR "/tests/fixtures");
+}
+
 // Starts the daemon and waits (up to 30 s) for READY=1.
 static inline void td_start(td *t) {
   char nsock[600];
@@ -273,11 +279,27 @@ static inline int td_ctl(td *t, char *out, size_t outlen, const char *fmt, ...) 
   return WEXITSTATUS(st);
 }
 
+// Runs a shell command (a test's file setup: cp, ln, mkfifo); it must exit 0.
+static inline void td_sh(const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  CHECK(system(cmd) == 0, "%s failed", cmd);
+}
+
+// Writes n bytes to path (created or truncated).
+static inline void td_write(const char *path, const void *bytes, size_t n) {
+  FILE *f = fopen(path, "wb");
+  CHECK(f && fwrite(bytes, 1, n, f) == n && fclose(f) == 0, "cannot write %s", path);
+}
+
 // A job file for the model section model (YAML, "model:\n  ...\n") on the
-// demo text. The path stays valid for the next 7 calls (tmp_path's buffers
-// rotate after 4).
-static inline const char *td_jobfile_model(const char *name, const char *model, int steps, int ckpt_every,
-                                           const char *extra) {
+// data file train_path. The path stays valid for the next 7 calls
+// (tmp_path's buffers rotate after 4).
+static inline const char *td_jobfile_data(const char *name, const char *model, const char *train_path, int steps,
+                                          int ckpt_every, const char *extra) {
   static char paths[8][512];
   static int k;
   char *path = paths[k++ & 7];
@@ -286,15 +308,31 @@ static inline const char *td_jobfile_model(const char *name, const char *model, 
   CHECK(f, "cannot write %s", path);
   fprintf(f,
           "name: %s\n%s"
-          "data:\n  train_path: %s/data/demo/licenses.txt\n"
+          "data:\n  train_path: %s\n"
           "training:\n  steps: %d\n  batch_size: 4\n  seq_len: 64\n  lr: 3e-3\n  min_lr: 3e-4\n"
           "  warmup_steps: 5\n"
           "checkpoints:\n  every_steps: %d\n  keep: 2\n"
           "device:\n  memory_bytes: 256M\n"
           "seed: 42\n%s",
-          name, model, TRAIND_SOURCE_DIR, steps, ckpt_every, extra ? extra : "");
+          name, model, train_path, steps, ckpt_every, extra ? extra : "");
   fclose(f);
   return path;
+}
+
+// td_jobfile_data on the demo text.
+static inline const char *td_jobfile_model(const char *name, const char *model, int steps, int ckpt_every,
+                                           const char *extra) {
+  return td_jobfile_data(name, model, TRAIND_SOURCE_DIR "/data/demo/licenses.txt", steps, ckpt_every, extra);
+}
+
+// A job file <name>.yaml of `steps` steps (a checkpoint at the end) from the
+// model directory dir, on train_path (NULL: the demo text).
+static inline const char *td_jobfile_hf(const char *name, const char *dir, const char *train_path, int steps) {
+  char file[64], model[600];
+  snprintf(file, sizeof file, "%s.yaml", name);
+  snprintf(model, sizeof model, "model:\n  hf_dir: %s\n", dir);
+  return train_path ? td_jobfile_data(file, model, train_path, steps, steps, NULL)
+                    : td_jobfile_model(file, model, steps, steps, NULL);
 }
 
 // A job file for the tests' tiny model (tests/tiny.h).
@@ -348,6 +386,21 @@ static inline const char *td_submit(td *t, const char *jobfile, const char *flag
   CHECK(rc == 0, "trainctl submit %s exited %d", jobfile, rc);
   CHECK(sscanf(out, "%79s", id) == 1 && id[0] == 'j', "trainctl submit printed no job id: %s", out);
   return id;
+}
+
+// Submits a job file that may be refused: -1 when it is, with trainctl's
+// output (stderr too) in msg; else waits for the job to finish and returns
+// its state, with its error in msg.
+static inline int td_submit_outcome(td *t, const char *jobfile, char *msg, size_t n, double timeout_s) {
+  int rc = td_ctl(t, msg, n, "submit %s 2>&1", jobfile);
+  if (rc) return -1;
+  char id[80];
+  CHECK(sscanf(msg, "%79s", id) == 1 && id[0] == 'j', "trainctl submit printed no job id: %s", msg);
+  Traind__V1__Job *j = td_wait_done(t, id, timeout_s);
+  int state = j->state;
+  snprintf(msg, n, "%s", j->error);
+  protobuf_c_message_free_unpacked(&j->base, NULL);
+  return state;
 }
 
 // Waits until the job has done at least `step` steps.

@@ -132,10 +132,10 @@ int main(void) {
   submit_with("spec.name", "tab\there", GRPC_STATUS_INVALID_ARGUMENT, "spec.name");
 
   // ---- paths ----
-  submit_with("spec.data.train_path", "/etc/passwd", GRPC_STATUS_INVALID_ARGUMENT, "not under a data root");
+  submit_with("spec.data.train_path", "/etc/passwd", GRPC_STATUS_INVALID_ARGUMENT, "not found under the data roots");
   snprintf(p, sizeof p, "%s/escape.txt", tmp_path("data"));
   CHECK(symlink("/etc/hostname", p) == 0, "symlink");
-  submit_with("spec.data.train_path", p, GRPC_STATUS_INVALID_ARGUMENT, "resolves to /etc/hostname");
+  submit_with("spec.data.train_path", p, GRPC_STATUS_INVALID_ARGUMENT, "not found under the data roots");
   submit_with("spec.data.train_path", "data/demo/licenses.txt", GRPC_STATUS_INVALID_ARGUMENT, "not an absolute path");
   snprintf(p, sizeof p, "%s/missing.txt", tmp_path("data"));
   submit_with("spec.data.train_path", p, GRPC_STATUS_INVALID_ARGUMENT, "spec.data.train_path");

@@ -12,18 +12,10 @@
 #include "fixture.h"
 #include "python.h"
 
-// A job of a few steps from model directory dir on the demo text.
-static const char *hf_jobfile(const char *name, const char *dir) {
-  char file[64], model[600];
-  snprintf(file, sizeof file, "%s.yaml", name);
-  snprintf(model, sizeof model, "model:\n  hf_dir: %s\n", dir);
-  return td_jobfile_model(file, model, 4, 4, NULL);
-}
-
 // Runs the job of model directory dir to SUCCEEDED; returns its id (static).
 static const char *run(td *t, const char *name, const char *dir, int *tied) {
   static char id[80];
-  snprintf(id, sizeof id, "%s", td_submit(t, hf_jobfile(name, dir), NULL));
+  snprintf(id, sizeof id, "%s", td_submit(t, td_jobfile_hf(name, dir, NULL, 4), NULL));
   Traind__V1__Job *j = td_wait_done(t, id, 300);
   CHECK(j->state == TRAIND__V1__JOB_STATE__JOB_STATE_SUCCEEDED, "job %s (%s) ended in state %d: %s", id, name,
         j->state, j->error);
@@ -36,10 +28,7 @@ static const char *run(td *t, const char *name, const char *dir, int *tied) {
 int main(void) {
   td t;
   td_init(&t);
-  char fixtures[1100];
-  snprintf(fixtures, sizeof fixtures, "%s/tests/fixtures", TRAIND_SOURCE_DIR);
-  td_arg(&t, "--data-root");
-  td_arg(&t, fixtures);
+  td_root_fixtures(&t);
   td_start(&t);
   static char out[65536];
   int tied;

@@ -39,7 +39,7 @@ int main(void) {
   CHECK_OK(store_engine_open(&es, st, "tok", 0, &e), &e);
   CHECK_OK(eng_save(r, &es, &e), &e);
   const char *store_dir = tmp_path("store-export");
-  CHECK_OK(store_ckpt_export_hf(st, "tok", -1, eng_run_config(r), store_dir, 1, 0, source, &e), &e);
+  CHECK_OK(store_ckpt_export_hf(st, "tok", -1, eng_run_config(r), store_dir, 1, 0, NULL, source, &e), &e);
   py_check_export_tokenizer(store_dir, source);
 
   es.close(es.ctx);

@@ -56,7 +56,7 @@ int main(void) {
 
   for (int bf16 = 0; bf16 <= 1; bf16++) {
     const char *dir = tmp_path(bf16 ? "hf-bf16" : "hf-fp32");
-    CHECK_OK(store_ckpt_export_hf(st, "export", -1, &s.config, dir, bf16, bf16 ? 256 << 10 : 0, NULL, &e), &e);
+    CHECK_OK(store_ckpt_export_hf(st, "export", -1, &s.config, dir, bf16, bf16 ? 256 << 10 : 0, NULL, NULL, &e), &e);
     eng_spec hs = s;
     hs.model_dir = dir;
     eng_run *back;

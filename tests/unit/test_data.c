@@ -77,7 +77,7 @@ static void test_shard_roundtrip(int version) {
   const char *path = write_shard(version == 1 ? "u16.bin" : "u32.bin", version, tok, N);
   eng_err e = {0};
   eng_data *d;
-  CHECK_OK(eng_data_open(&d, path, T, vocab, 1, 0, &e), &e);
+  CHECK_OK(eng_data_open(&d, NULL, path, T, vocab, 1, 0, &e), &e);
   CHECK(eng_data_samples(d) == W, "samples %llu", (unsigned long long)eng_data_samples(d));
   CHECK(eng_data_tokens(d) == N, "tokens %llu", (unsigned long long)eng_data_tokens(d));
   int32_t ids[W * T], labels[W * T];
@@ -102,7 +102,7 @@ static void test_text_windows(void) {
   write_bytes(path, text, strlen(text));
   eng_err e = {0};
   eng_data *d;
-  CHECK_OK(eng_data_open(&d, path, 4, 300, 0, 0, &e), &e);
+  CHECK_OK(eng_data_open(&d, NULL, path, 4, 300, 0, 0, &e), &e);
   CHECK(eng_data_samples(d) == 6 && eng_data_tokens(d) == 26, "6 windows of 26 bytes");
   int32_t ids[8 * 4], labels[8 * 4];
   CHECK_OK(eng_data_next(d, 8, ids, labels, &e), &e);
@@ -139,9 +139,9 @@ static void draw(eng_data *d, int n, int *out) {
 static void test_shuffle(const char *path) {
   eng_err e = {0};
   eng_data *a, *b, *c;
-  CHECK_OK(eng_data_open(&a, path, SH_T, 64, 42, 1, &e), &e);
-  CHECK_OK(eng_data_open(&b, path, SH_T, 64, 42, 1, &e), &e);
-  CHECK_OK(eng_data_open(&c, path, SH_T, 64, 43, 1, &e), &e);
+  CHECK_OK(eng_data_open(&a, NULL, path, SH_T, 64, 42, 1, &e), &e);
+  CHECK_OK(eng_data_open(&b, NULL, path, SH_T, 64, 42, 1, &e), &e);
+  CHECK_OK(eng_data_open(&c, NULL, path, SH_T, 64, 43, 1, &e), &e);
   int oa[3 * SH_W], ob[3 * SH_W], oc[SH_W];
   draw(a, 3 * SH_W, oa);
   draw(b, 3 * SH_W, ob);
@@ -180,7 +180,7 @@ static void test_resume(const char *path) {
   enum { B = 4, K = 17, M = 20 };
   eng_err e = {0};
   eng_data *d, *r;
-  CHECK_OK(eng_data_open(&d, path, SH_T, 64, 7, 1, &e), &e);
+  CHECK_OK(eng_data_open(&d, NULL, path, SH_T, 64, 7, 1, &e), &e);
   static int32_t ids[B * SH_T], labels[B * SH_T], want_ids[M][B * SH_T], want_labels[M][B * SH_T];
   for (int k = 0; k < K; k++) CHECK_OK(eng_data_next(d, B, ids, labels, &e), &e);
   eng_data_pos p;
@@ -188,7 +188,7 @@ static void test_resume(const char *path) {
   CHECK(p.epoch == 1 && p.index == (uint64_t)(K * B - SH_W), "position after %d samples", K * B);
   for (int m = 0; m < M; m++) CHECK_OK(eng_data_next(d, B, want_ids[m], want_labels[m], &e), &e);
 
-  CHECK_OK(eng_data_open(&r, path, SH_T, 64, 7, 1, &e), &e);
+  CHECK_OK(eng_data_open(&r, NULL, path, SH_T, 64, 7, 1, &e), &e);
   CHECK_OK(eng_data_pos_set(r, &p, &e), &e);
   for (int m = 0; m < M; m++) {
     CHECK_OK(eng_data_next(r, B, ids, labels, &e), &e);
@@ -217,7 +217,7 @@ static void test_jsonl(void) {
   write_bytes(path, text, strlen(text));
   eng_err e = {0};
   eng_data *d;
-  CHECK_OK(eng_data_open(&d, path, 5, 16, 0, 0, &e), &e);
+  CHECK_OK(eng_data_open(&d, NULL, path, 5, 16, 0, 0, &e), &e);
   CHECK(eng_data_samples(d) == 3, "3 records, got %llu", (unsigned long long)eng_data_samples(d));
   CHECK(eng_data_tokens(d) == 15, "15 input tokens before truncation, got %llu",
         (unsigned long long)eng_data_tokens(d));
@@ -233,7 +233,7 @@ static void test_jsonl(void) {
   eng_data_close(d);
 
   // Shuffled records keep their ids and labels together.
-  CHECK_OK(eng_data_open(&d, path, 5, 16, 9, 1, &e), &e);
+  CHECK_OK(eng_data_open(&d, NULL, path, 5, 16, 9, 1, &e), &e);
   CHECK_OK(eng_data_next(d, 3, ids, labels, &e), &e);
   int seen = 0;
   for (int s = 0; s < 3; s++) {
@@ -264,7 +264,7 @@ static void test_jsonl_many(void) {
   CHECK(fclose(f) == 0, "cannot close %s", path);
   eng_err e = {0};
   eng_data *d;
-  CHECK_OK(eng_data_open(&d, path, T, V, 0, 0, &e), &e);
+  CHECK_OK(eng_data_open(&d, NULL, path, T, V, 0, 0, &e), &e);
   CHECK(eng_data_samples(d) == R && eng_data_tokens(d) == total, "records and tokens of many.jsonl");
   int32_t ids[T], labels[T];
   for (int r = 0; r < R; r++) {
@@ -292,7 +292,7 @@ static void test_demo_text(void) {
   enum { T = 64 };
   eng_err e = {0};
   eng_data *d;
-  CHECK_OK(eng_data_open(&d, train, T, ENG_TOK_BYTE_VOCAB, 0, 0, &e), &e);
+  CHECK_OK(eng_data_open(&d, NULL, train, T, ENG_TOK_BYTE_VOCAB, 0, 0, &e), &e);
   CHECK(eng_data_tokens(d) == n && eng_data_samples(d) == n / T, "tokens and windows of the demo text");
   int32_t ids[2 * T], labels[2 * T];
   CHECK_OK(eng_data_next(d, 2, ids, labels, &e), &e);
@@ -312,7 +312,7 @@ static void test_demo_text(void) {
   char odd_out[5];
   CHECK(eng_tok_byte_decode(odd, 4, odd_out) == 2 && strcmp(odd_out, "??OK") == 0, "non-byte ids become '?'");
 
-  CHECK_OK(eng_data_open(&d, eval, T, 512, 0, 0, &e), &e);
+  CHECK_OK(eng_data_open(&d, NULL, eval, T, 512, 0, 0, &e), &e);
   CHECK(eng_data_tokens(d) == ne, "eval tokens");
   eng_data_close(d);
   // Held out: no 200-byte stretch of the eval text (sampled every 1000 bytes) occurs in the training text.

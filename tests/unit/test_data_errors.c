@@ -53,7 +53,7 @@ static const char *write_shard(const char *name, int32_t magic, int32_t version,
 static void expect_open_err(int line, const char *path, int seq_len, int vocab, int code, ...) {
   eng_err e = {0};
   eng_data *d = (eng_data *)&e; // must be reset to NULL
-  int rc = eng_data_open(&d, path, seq_len, vocab, 1, 1, &e);
+  int rc = eng_data_open(&d, NULL, path, seq_len, vocab, 1, 1, &e);
   CHECK(rc == code, "line %d: %s: code %d (%s), want %d: %s", line, path, rc, eng_err_name(rc), code, e.msg);
   CHECK(e.code == code, "line %d: eng_err holds code %d", line, e.code);
   CHECK(d == NULL, "line %d: *out not NULL after a failed open", line);
@@ -142,7 +142,7 @@ static void test_position_and_batch(void) {
   const char *path = write_text("pos.txt", "0123456789abcdef"); // 4 windows of 4
   eng_err e = {0};
   eng_data *d;
-  CHECK_OK(eng_data_open(&d, path, 4, 256, 3, 1, &e), &e);
+  CHECK_OK(eng_data_open(&d, NULL, path, 4, 256, 3, 1, &e), &e);
   eng_data_pos before, bad = {.epoch = 0, .index = 4};
   eng_data_pos_get(d, &before);
   CHECK(eng_data_pos_set(d, &bad, &e) == ENG_EINVAL, "index past the epoch is refused");

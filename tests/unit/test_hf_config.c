@@ -36,7 +36,7 @@ static void put(json_t *o, const char *key, json_t *v) {
 static int load_obj(json_t *o, eng_config *c, eng_err *e) {
   CHECK(json_dump_file(o, cfg_path, JSON_INDENT(2)) == 0, "cannot write %s", cfg_path);
   json_decref(o);
-  return eng_config_load(cfg_path, c, e);
+  return eng_config_load(NULL, cfg_path, c, e);
 }
 
 static eng_config load_ok(json_t *o) {
@@ -64,7 +64,7 @@ static void refused_text(const char *text, int code, const char *what) {
   fclose(fp);
   eng_config c;
   eng_err e = {0};
-  int rc = eng_config_load(cfg_path, &c, &e);
+  int rc = eng_config_load(NULL, cfg_path, &c, &e);
   CHECK(rc == code && strstr(e.msg, cfg_path) && strstr(e.msg, what), "%s: got %d: %s", text, rc,
         e.msg);
 }
@@ -117,9 +117,9 @@ static void test_roundtrip(void) {
   };
   for (int i = 0; i < 3; i++) {
     eng_err e = {0};
-    CHECK_OK(eng_config_save(&cs[i], cfg_path, i == 2 ? "bfloat16" : "float32", NULL, &e), &e);
+    CHECK_OK(eng_config_save(&cs[i], cfg_path, i == 2 ? "bfloat16" : "float32", NULL, NULL, &e), &e);
     eng_config back;
-    CHECK_OK(eng_config_load(cfg_path, &back, &e), &e);
+    CHECK_OK(eng_config_load(NULL, cfg_path, &back, &e), &e);
     CHECK(memcmp(&back, &cs[i], sizeof back) == 0, "%s config does not round-trip",
           eng_arch_name(cs[i].arch));
     // Both rope spellings and both dtype spellings are there, with values
@@ -330,7 +330,7 @@ static void test_refusals(void) {
   eng_config c;
   eng_err e = {0};
   const char *absent = tmp_path("absent.json");
-  CHECK(eng_config_load(absent, &c, &e) == ENG_EIO && strstr(e.msg, absent), "absent: %s", e.msg);
+  CHECK(eng_config_load(NULL, absent, &c, &e) == ENG_EIO && strstr(e.msg, absent), "absent: %s", e.msg);
 }
 
 static void test_validate_and_save_refusal(void) {
@@ -355,7 +355,7 @@ static void test_validate_and_save_refusal(void) {
   CHECK(eng_config_validate(&c, "spec", &e) == ENG_EINVAL && strstr(e.msg, "\"intermediate_size\""),
         "%s", e.msg);
   const char *path = tmp_path("refused.json");
-  CHECK(eng_config_save(&c, path, "float32", NULL, &e) == ENG_EINVAL && strstr(e.msg, path), "%s", e.msg);
+  CHECK(eng_config_save(&c, path, "float32", NULL, NULL, &e) == ENG_EINVAL && strstr(e.msg, path), "%s", e.msg);
   struct stat st;
   CHECK(stat(path, &st) != 0, "a refused config was written");
 }
@@ -372,7 +372,7 @@ static void test_token_ids(void) {
   CHECK(json_dump_file(o, src, 0) == 0, "cannot write %s", src);
   eng_config c = load_ok(json_deep_copy(o));
   eng_err e = {0};
-  CHECK_OK(eng_config_save(&c, out, "float32", src, &e), &e);
+  CHECK_OK(eng_config_save(&c, out, "float32", NULL, src, &e), &e);
   json_error_t jerr;
   json_t *saved = json_load_file(out, 0, &jerr);
   CHECK(saved, "%s: %s", out, jerr.text);
@@ -385,7 +385,7 @@ static void test_token_ids(void) {
   // Absent in the source: absent in the copy (transformers reads None).
   json_object_del(o, "bos_token_id");
   CHECK(json_dump_file(o, src, 0) == 0, "cannot write %s", src);
-  CHECK_OK(eng_config_save(&c, out, "float32", src, &e), &e);
+  CHECK_OK(eng_config_save(&c, out, "float32", NULL, src, &e), &e);
   saved = json_load_file(out, 0, &jerr);
   CHECK(saved && !json_object_get(saved, "bos_token_id"), "bos_token_id invented");
   json_decref(saved);
@@ -405,7 +405,7 @@ static void test_token_ids(void) {
   o = json_pack("{s:s}", "eos_token_id", "x");
   CHECK(o && json_dump_file(o, src, 0) == 0, "cannot write %s", src);
   json_decref(o);
-  CHECK(eng_config_save(&c, out, "float32", src, &e) == ENG_EINVAL && strstr(e.msg, src) &&
+  CHECK(eng_config_save(&c, out, "float32", NULL, src, &e) == ENG_EINVAL && strstr(e.msg, src) &&
             strstr(e.msg, "\"eos_token_id\""),
         "%s", e.msg);
 }
@@ -425,7 +425,7 @@ static void test_fixtures(void) {
     if (ent->d_name[0] == '.' || stat(path, &st) != 0) continue;
     eng_config c;
     eng_err e = {0};
-    CHECK_OK(eng_config_load(path, &c, &e), &e);
+    CHECK_OK(eng_config_load(NULL, path, &c, &e), &e);
     n++;
   }
   closedir(d);

@@ -94,7 +94,7 @@ static const char *write_model(const char *name, const model_src *m) {
 // Loading dir must fail with code and a message holding each given word.
 static void load_fails(const char *dir, int code, const char *w1, const char *w2, const char *w3) {
   eng_err e = {0};
-  int rc = eng_hf_load_weights(dir, &lo, r, &e);
+  int rc = eng_hf_load_weights(NULL, dir, &lo, r, &e);
   CHECK(rc == code, "%s: expected %d, got %d (%s)", dir, code, rc, e.msg);
   const char *words[] = {w1, w2, w3};
   for (int i = 0; i < 3; i++)
@@ -106,7 +106,7 @@ static void test_baseline(void) {
   model_tensors(&m);
   const char *dir = write_model("ok", &m);
   eng_err e = {0};
-  CHECK_OK(eng_hf_load_weights(dir, &lo, r, &e), &e);
+  CHECK_OK(eng_hf_load_weights(NULL, dir, &lo, r, &e), &e);
   for (int s = 0; s < lo.n_shards; s++)
     CHECK(memcmp(w[s], r[s], eng_layout_shard_numel(&lo, s) * sizeof(float)) == 0, "shard %d", s);
 }
@@ -168,7 +168,7 @@ static void test_extra(void) {
   add_src(&m, "model.rotary_emb.inv_freq", 4, 0);
   add_src(&m, "model.layers.1.self_attn.rotary_emb.inv_freq", 4, 0);
   eng_err e = {0};
-  CHECK_OK(eng_hf_load_weights(write_model("inv_freq", &m), &lo, r, &e), &e);
+  CHECK_OK(eng_hf_load_weights(NULL, write_model("inv_freq", &m), &lo, r, &e), &e);
 }
 
 // A tied config whose file holds an lm_head.weight too. A copy of the
@@ -191,31 +191,31 @@ static void test_tied(void) {
   find_src(&m, "lm_head.weight")->data = w[0]; // the embedding's values
   const char *dir = write_model("tied_copy", &m);
   snprintf(path, sizeof path, "%s/config.json", dir);
-  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, &e), &e);
-  CHECK_OK(eng_hf_load_weights(dir, &lo, r, &e), &e);
-  CHECK_OK(eng_hf_load_config(dir, &got, &was_untied, &e), &e);
+  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, NULL, &e), &e);
+  CHECK_OK(eng_hf_load_weights(NULL, dir, &lo, r, &e), &e);
+  CHECK_OK(eng_hf_load_config(NULL, dir, &got, &was_untied, &e), &e);
   CHECK(!was_untied && got.tie_embeddings, "a copy of the embedding untied the config");
 
   model_tensors(&m);
   add_src(&m, "lm_head.weight", 64, 32); // a layer's values
   dir = write_model("tied_own", &m);
   snprintf(path, sizeof path, "%s/config.json", dir);
-  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, &e), &e);
+  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, NULL, &e), &e);
   load_fails(dir, ENG_EINVAL, "tied_own", "\"lm_head.weight\"", "differs from the embedding");
-  CHECK_OK(eng_hf_load_config(dir, &got, &was_untied, &e), &e);
+  CHECK_OK(eng_hf_load_config(NULL, dir, &got, &was_untied, &e), &e);
   CHECK(was_untied && !got.tie_embeddings, "a head of its own left the config tied");
   eng_layout own;
   eng_layout_init(&own, &got);
-  CHECK_OK(eng_hf_load_weights(dir, &own, r, &e), &e);
+  CHECK_OK(eng_hf_load_weights(NULL, dir, &own, r, &e), &e);
   CHECK(!memcmp(r[3] + own.lm_head.off, w[1], own.lm_head.numel * sizeof(float)), "head not loaded");
 
   // Sharded: the untied model written in small files, then its config tied.
   dir = tmp_path("tied_sharded");
-  CHECK_OK(eng_hf_save(dir, &cfg, &untied, (const float *const *)w, 0, 20000, NULL, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &cfg, &untied, (const float *const *)w, 0, 20000, NULL, NULL, &e), &e);
   snprintf(path, sizeof path, "%s/config.json", dir);
-  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, &e), &e);
+  CHECK_OK(eng_config_save(&tied, path, "float32", NULL, NULL, &e), &e);
   load_fails(dir, ENG_EINVAL, "\"lm_head.weight\"", "differs", NULL);
-  CHECK_OK(eng_hf_load_config(dir, &got, &was_untied, &e), &e);
+  CHECK_OK(eng_hf_load_config(NULL, dir, &got, &was_untied, &e), &e);
   CHECK(was_untied && !got.tie_embeddings, "sharded: a head of its own left the config tied");
   lo = untied;
 }
@@ -244,7 +244,7 @@ static const char *sharded_with_index(const char *name, const char *fmt) {
   static char dir[512];
   snprintf(dir, sizeof dir, "%s", tmp_path(name));
   eng_err e = {0};
-  CHECK_OK(eng_hf_save(dir, &cfg, &lo, (const float *const *)w, 0, 20000, NULL, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &cfg, &lo, (const float *const *)w, 0, 20000, NULL, NULL, &e), &e);
   char path[600], text[1024];
   snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
   json_error_t jerr;
@@ -263,7 +263,7 @@ static const char *sharded_with_index(const char *name, const char *fmt) {
 
 static void test_index(void) {
   eng_err e = {0};
-  CHECK_OK(eng_hf_load_weights(sharded_with_index("sh_ok", NULL), &lo, r, &e), &e);
+  CHECK_OK(eng_hf_load_weights(NULL, sharded_with_index("sh_ok", NULL), &lo, r, &e), &e);
 
   load_fails(sharded_with_index("sh_json", "{\"weight_map\": "), ENG_EINVAL,
              "sh_json/model.safetensors.index.json", NULL, NULL);

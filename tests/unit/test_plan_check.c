@@ -122,7 +122,7 @@ static void planner_plans(void) {
   eng_profile p;
   char path[1024];
   snprintf(path, sizeof path, "%s/engine/plan/models/dense-27b.json", TRAIND_SOURCE_DIR);
-  CHECK_OK(eng_config_load(path, &c, &e), &e);
+  CHECK_OK(eng_config_load(NULL, path, &c, &e), &e);
   snprintf(path, sizeof path, "%s/engine/plan/profiles/h800-sxm.json", TRAIND_SOURCE_DIR);
   CHECK_OK(eng_profile_load(path, &p, &e), &e);
   p.device_act_bytes = 21.55 * 1073741824.0, p.host_act_bytes = 15 * 1073741824.0, p.nvme_bytes = 32 * 1073741824.0;

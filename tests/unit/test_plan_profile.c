@@ -85,7 +85,7 @@ static void configs(void) {
   CHECK_OK(eng_profile_load(src("profiles/h800-sxm.json"), &p, &e), &e);
   for (int i = 0; i < 4; i++) {
     eng_config c;
-    CHECK_OK(eng_config_load(src(want[i].file), &c, &e), &e);
+    CHECK_OK(eng_config_load(NULL, src(want[i].file), &c, &e), &e);
     CHECK(c.n_layers == want[i].L && c.d_model == want[i].d && c.n_heads == want[i].heads &&
               c.n_kv_heads == want[i].kv && c.d_ff == want[i].ff && c.vocab == want[i].vocab,
           "%s", want[i].file);

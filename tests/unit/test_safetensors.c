@@ -53,7 +53,7 @@ static void write_with_header(const char *path, const char *header, const void *
 static void expect_open_error(const char *path, int code, const char *w1, const char *w2) {
   eng_st_file f;
   eng_err e = {0};
-  int rc = eng_st_open(&f, path, &e);
+  int rc = eng_st_open(&f, NULL, path, &e);
   CHECK(rc == code, "%s: expected %d, got %d (%s)", path, code, rc, e.msg);
   CHECK(strstr(e.msg, path), "message does not name the file: %s", e.msg);
   CHECK(!w1 || strstr(e.msg, w1), "message does not name \"%s\": %s", w1, e.msg);
@@ -80,9 +80,9 @@ static void test_roundtrip_f32(void) {
   CHECK(!exists(tmp_path("rt.safetensors.tmp")), "temporary file left behind");
 
   eng_st_file f;
-  CHECK_OK(eng_st_open(&f, path, &e), &e);
+  CHECK_OK(eng_st_open(&f, NULL, path, &e), &e);
   CHECK(f.n_tensors == 5, "n_tensors %d", f.n_tensors);
-  CHECK((f.data - f.map) % 8 == 0, "data section not 8-byte aligned");
+  CHECK(f.data_off % 8 == 0, "data section not 8-byte aligned");
   const json_t *meta = json_object_get(f.header, "__metadata__");
   CHECK(meta && json_is_string(json_object_get(meta, "format")) &&
             strcmp(json_string_value(json_object_get(meta, "format")), "pt") == 0,
@@ -182,7 +182,7 @@ static void test_bf16_rounding(void) {
   eng_err e = {0};
   CHECK_OK(eng_st_write(path, &src, 1, &e), &e);
   eng_st_file f;
-  CHECK_OK(eng_st_open(&f, path, &e), &e);
+  CHECK_OK(eng_st_open(&f, NULL, path, &e), &e);
   const eng_st_tensor *t = eng_st_find(&f, "x");
   CHECK(t && t->dtype == ENG_ST_BF16 && t->end - t->begin == 2 * TOTAL, "x described wrongly");
   float back[TOTAL];
@@ -220,7 +220,7 @@ static void test_half_widening(void) {
   write_with_header(path, header, data, sizeof data);
   eng_st_file f;
   eng_err e = {0};
-  CHECK_OK(eng_st_open(&f, path, &e), &e);
+  CHECK_OK(eng_st_open(&f, NULL, path, &e), &e);
   float out[N];
   CHECK_OK(eng_st_read_f32(&f, eng_st_find(&f, "h"), out, &e), &e);
   for (int i = 0; i < N; i++) {
@@ -245,7 +245,7 @@ static void test_i64_narrowing(void) {
                     v, sizeof v);
   eng_st_file f;
   eng_err e = {0};
-  CHECK_OK(eng_st_open(&f, path, &e), &e);
+  CHECK_OK(eng_st_open(&f, NULL, path, &e), &e);
   int32_t out[4];
   CHECK_OK(eng_st_read_i32(&f, eng_st_find(&f, "ok"), out, &e), &e);
   CHECK(out[0] == 0 && out[1] == -5 && out[2] == INT32_MAX && out[3] == INT32_MIN, "I64 -> I32");
@@ -370,7 +370,7 @@ static void test_malformed(void) {
                     data, 8);
   eng_st_file f;
   eng_err e = {0};
-  CHECK_OK(eng_st_open(&f, path, &e), &e);
+  CHECK_OK(eng_st_open(&f, NULL, path, &e), &e);
   eng_st_close(&f);
 }
 
@@ -446,10 +446,10 @@ static void test_sharded_model(void) {
 
   // Single file first, then sharded into the same directory: the single file
   // must go, or it would shadow the shards.
-  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, 0, NULL, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, 0, NULL, NULL, &e), &e);
   CHECK(exists(tmp_path("model/model.safetensors")), "no model.safetensors");
   const size_t cap = 20000; // bytes: the embedding (12288) alone, layers ~2 per file
-  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, cap, NULL, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, cap, NULL, NULL, &e), &e);
   CHECK(!exists(tmp_path("model/model.safetensors")), "stale model.safetensors kept");
   CHECK(exists(tmp_path("model/config.json")), "no config.json");
 
@@ -478,7 +478,7 @@ static void test_sharded_model(void) {
     char path[600];
     snprintf(path, sizeof path, "%s/%s", dir, json_string_value(v));
     eng_st_file f;
-    CHECK_OK(eng_st_open(&f, path, &e), &e);
+    CHECK_OK(eng_st_open(&f, NULL, path, &e), &e);
     CHECK(eng_st_find(&f, name), "%s is not in %s", name, path);
     CHECK(f.data_size <= cap, "%s holds %zu bytes, over the cap", path, f.data_size);
     eng_st_close(&f);
@@ -487,20 +487,20 @@ static void test_sharded_model(void) {
         used);
   json_decref(index);
 
-  CHECK_OK(eng_hf_load_weights(dir, &lo, r, &e), &e);
+  CHECK_OK(eng_hf_load_weights(NULL, dir, &lo, r, &e), &e);
   check_same(&lo, w, r, 0);
 
   // bf16, sharded, then back to a single file: the index must go.
-  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 1, cap, NULL, &e), &e);
-  CHECK_OK(eng_hf_load_weights(dir, &lo, r, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 1, cap, NULL, NULL, &e), &e);
+  CHECK_OK(eng_hf_load_weights(NULL, dir, &lo, r, &e), &e);
   check_same(&lo, w, r, 1);
-  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 1, 0, NULL, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 1, 0, NULL, NULL, &e), &e);
   CHECK(!exists(tmp_path("model/model.safetensors.index.json")), "stale index kept");
-  CHECK_OK(eng_hf_load_weights(dir, &lo, r, &e), &e);
+  CHECK_OK(eng_hf_load_weights(NULL, dir, &lo, r, &e), &e);
   check_same(&lo, w, r, 1);
 
   eng_config back;
-  CHECK_OK(eng_config_load(tmp_path("model/config.json"), &back, &e), &e);
+  CHECK_OK(eng_config_load(NULL, tmp_path("model/config.json"), &back, &e), &e);
   CHECK(memcmp(&back, &c, sizeof c) == 0, "config.json does not round-trip");
   free_shards(&lo, w);
   free_shards(&lo, r);
@@ -527,23 +527,42 @@ static void test_tied_save(void) {
   eng_err e = {0};
   char dir[512];
   snprintf(dir, sizeof dir, "%s", tmp_path("nested/a/b"));
-  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, 0, NULL, &e), &e);
+  CHECK_OK(eng_hf_save(dir, &c, &lo, (const float *const *)w, 0, 0, NULL, NULL, &e), &e);
   eng_st_file f;
-  CHECK_OK(eng_st_open(&f, tmp_path("nested/a/b/model.safetensors"), &e), &e);
+  CHECK_OK(eng_st_open(&f, NULL, tmp_path("nested/a/b/model.safetensors"), &e), &e);
   CHECK(!eng_st_find(&f, "lm_head.weight"), "tied lm_head was written");
   CHECK(f.n_tensors == 1 + 9 + 1, "%d tensors", f.n_tensors);
   CHECK(strcmp(f.tensors[0].name, "model.embed_tokens.weight") == 0 &&
             strcmp(f.tensors[f.n_tensors - 1].name, "model.norm.weight") == 0,
         "not in Hugging Face order");
   eng_st_close(&f);
-  CHECK_OK(eng_hf_load_weights(dir, &lo, r, &e), &e);
+  CHECK_OK(eng_hf_load_weights(NULL, dir, &lo, r, &e), &e);
   check_same(&lo, w, r, 0);
   free_shards(&lo, w);
   free_shards(&lo, r);
 }
 
+// A file truncated while open: the next read fails naming both sizes (a
+// mapping would have been SIGBUS).
+static void test_shrunk(void) {
+  const char *path = tmp_path("shrink.safetensors");
+  float x[1024];
+  for (int i = 0; i < 1024; i++) x[i] = (float)i;
+  eng_st_src src = {.name = "x", .dtype = ENG_ST_F32, .ndim = 1, .shape = {1024}, .data = x};
+  eng_err e = {0};
+  CHECK_OK(eng_st_write(path, &src, 1, &e), &e);
+  eng_st_file f;
+  CHECK_OK(eng_st_open(&f, NULL, path, &e), &e);
+  CHECK(truncate(path, (off_t)f.data_off) == 0, "truncate %s", path);
+  char want[64];
+  snprintf(want, sizeof want, "shrank from %zu to %zu bytes", f.size, f.data_off);
+  CHECK(eng_st_read_f32(&f, &f.tensors[0], x, &e) == ENG_EIO && strstr(e.msg, want), "%s", e.msg);
+  eng_st_close(&f);
+}
+
 int main(void) {
   tmp_make();
+  test_shrunk();
   test_roundtrip_f32();
   test_bf16_rounding();
   test_half_widening();

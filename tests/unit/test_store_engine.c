@@ -86,7 +86,7 @@ int main(void) {
 
   // Export the checkpoint at step 6; the directory opens as the same model.
   const char *hf = tmp_path("hf");
-  CHECK_OK(store_ckpt_export_hf(st, "tiny", -1, &s.config, hf, 0, 0, NULL, &e), &e);
+  CHECK_OK(store_ckpt_export_hf(st, "tiny", -1, &s.config, hf, 0, 0, NULL, NULL, &e), &e);
   eng_run *r, *x;
   CHECK_OK(eng_open(&s, &r, &e), &e);
   CHECK_OK(eng_load(r, &es, &e), &e);
@@ -96,7 +96,7 @@ int main(void) {
   check_same_weights(r, x, "exported checkpoint");
   eng_config wrong = s.config;
   wrong.d_ff += 16;
-  CHECK(store_ckpt_export_hf(st, "tiny", -1, &wrong, tmp_path("bad"), 0, 0, NULL, &e) == ENG_EINVAL &&
+  CHECK(store_ckpt_export_hf(st, "tiny", -1, &wrong, tmp_path("bad"), 0, 0, NULL, NULL, &e) == ENG_EINVAL &&
         strstr(e.msg, "differ"), "an export config of another shape is refused: %s", e.msg);
   eng_close(x);
 

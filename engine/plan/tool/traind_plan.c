@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
   eng_err e = {0};
   eng_config c;
   eng_profile p;
-  if (eng_config_load(config, &c, &e) || eng_profile_load(profile, &p, &e) ||
+  if (eng_config_load(NULL, config, &c, &e) || eng_profile_load(profile, &p, &e) ||
       (override && eng_profile_merge_file(&p, override, &e))) {
     fprintf(stderr, "traind-plan: %s\n", e.msg);
     return 1;
