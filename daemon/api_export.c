@@ -222,7 +222,9 @@ void api_export(srv_call *c, ProtobufCMessage *req) {
   // The tokenizer and the token ids go with the model, from the directory
   // the job started from, which must still be there (and under a root).
   char *src = NULL;
-  val_roots roots = {d->cfg.roots, d->cfg.n_roots};
+  owner_access who; // the model directory is read with its owner's access
+  owner_access_of_job(j, &who);
+  val_roots roots = {d->cfg.roots, d->cfg.n_roots, &who};
   val_err ve;
   if (j->spec->model->source_case == K(MODEL_SPEC__SOURCE_HF_DIR) &&
       val_path(j->spec->model->hf_dir, "spec.model.hf_dir", 1, &roots, &src, &ve)) {

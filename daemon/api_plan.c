@@ -80,7 +80,9 @@ void api_plan(srv_call *c, ProtobufCMessage *req) {
   traind *d = srv_call_data(c);
   T(PlanJobRequest) *r = (T(PlanJobRequest) *)req;
   val_err e;
-  val_roots roots = {d->cfg.roots, d->cfg.n_roots};
+  owner_access who;
+  owner_access_of(srv_call_caller(c), &who);
+  val_roots roots = {d->cfg.roots, d->cfg.n_roots, &who};
   eng_config model;
   spec_defaults def = {d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes};
   plan_ctx *x = calloc(1, sizeof *x);

@@ -51,7 +51,9 @@ void api_submit(srv_call *c, ProtobufCMessage *req) {
     return;
   }
 
-  val_roots roots = {d->cfg.roots, d->cfg.n_roots};
+  owner_access who;
+  owner_access_of(srv_call_caller(c), &who);
+  val_roots roots = {d->cfg.roots, d->cfg.n_roots, &who};
   eng_config model;
   spec_plan plan;
   spec_defaults def = {d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes};
@@ -64,6 +66,7 @@ void api_submit(srv_call *c, ProtobufCMessage *req) {
   spec_plan_free(&plan);
 
   job *j = job_new(d, r, owner, &model);
+  if (j) j->owner_gid = who.gid;
   if (!j || job_insert(d, j)) {
     if (j) { // not indexed: give the spec back to the call, which frees it
       r->spec = j->spec;

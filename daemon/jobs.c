@@ -158,6 +158,7 @@ void job_pb(const job *j, int with_spec, T(Job) *out, T(ModelConfig) *model_buf,
   out->parameters = j->params;
   out->plan = j->plan ? j->plan : "";
   out->owner = (char *)j->owner;
+  out->owner_gid = j->owner_gid;
 }
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *n) {
@@ -253,6 +254,7 @@ static job *job_from_record(const char *id, const void *buf, size_t n) {
   spec_config_from_pb(r->model, &j->model);
   j->params = r->parameters;
   j->plan = *r->plan ? strdup(r->plan) : NULL;
+  j->owner_gid = r->owner_gid;
   if (job_owner_set(j, r->owner, r->request_id)) {
     job_free(j);
     protobuf_c_message_free_unpacked(&r->base, NULL);

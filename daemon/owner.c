@@ -60,6 +60,28 @@ int owner_admin(const traind *d, const srv_caller *c) {
   return d->cfg.admin_group && !admin_gid(d->cfg.admin_group, &g) && in_group(c, g);
 }
 
+// uid and gid, and the supplementary groups of uid's entry in the user
+// database (none when it has no entry).
+static void access_fill(uid_t uid, gid_t gid, owner_access *out) {
+  *out = (owner_access){.set = 1, .uid = uid, .gid = gid};
+  struct passwd pw, *res = NULL;
+  char buf[4096];
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) || !res) return;
+  int n = (int)(sizeof out->groups / sizeof out->groups[0]);
+  if (getgrouplist(pw.pw_name, gid, out->groups, &n) >= 0) out->n_groups = n;
+}
+
+void owner_access_of(const srv_caller *c, owner_access *out) {
+  if (c->local) access_fill(c->uid, c->gid, out);
+  else *out = (owner_access){0};
+}
+
+void owner_access_of_job(const job *j, owner_access *out) {
+  uid_t uid;
+  if (owner_uid(j->owner, &uid)) *out = (owner_access){0};
+  else access_fill(uid, j->owner_gid, out);
+}
+
 int owner_may(const traind *d, const srv_caller *c, const job *j) {
   char me[OWNER_MAX];
   owner_name(c, me);

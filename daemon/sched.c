@@ -85,7 +85,9 @@ static void fail(traind *d, job *j, const char *msg) {
 // gone or unreadable is the job's own problem, and fails it.
 static int config_bars(traind *d, const job *j) {
   char *everything[] = {"/"};
-  val_roots any = {everything, 1};
+  owner_access who;
+  owner_access_of_job(j, &who);
+  val_roots any = {everything, 1, &who};
   spec_defaults def = defaults_of(d);
   def.cpu_memory_bytes = INT64_MAX / 2;
   spec_plan p;
@@ -112,7 +114,9 @@ void sched_kick(traind *d) {
     spec_plan plan;
     val_err ve;
     spec_defaults def = defaults_of(d);
-    val_roots roots = {d->cfg.roots, d->cfg.n_roots};
+    owner_access who; // the job's files are read with its owner's access
+    owner_access_of_job(j, &who);
+    val_roots roots = {d->cfg.roots, d->cfg.n_roots, &who};
     // Paths and roots may have changed since the submission: check again.
     if (spec_plan_build(j->spec, &j->model, &def, &roots, &plan, &ve)) {
       if (config_bars(d, j)) {

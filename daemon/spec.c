@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/hf_io.h"
+#include "owner.h"
 
 #define T(x) Traind__V1__##x   // types
 #define K(x) TRAIND__V1__##x   // constants
@@ -56,6 +57,12 @@ int spec_fs(const val_roots *roots, eng_fs **out, val_err *e) {
   eng_err ee = {0};
   if (eng_fs_new(out, (const char *const *)roots->dirs, roots->n, &ee))
     return fail(e, GRPC_STATUS_RESOURCE_EXHAUSTED, "spec", ee.msg);
+  const owner_access *w = roots->who;
+  if (w && w->set && eng_fs_set_caller(*out, w->uid, w->gid, w->groups, w->n_groups, &ee)) {
+    eng_fs_free(*out);
+    *out = NULL;
+    return fail(e, GRPC_STATUS_INTERNAL, "spec", ee.msg);
+  }
   return 0;
 }
 

@@ -33,6 +33,7 @@ typedef struct job {
   char id[STORE_JOB_MAX + 1];
   char *request_id;             // NULL when the submission had none (unique per owner)
   char owner[OWNER_MAX];        // daemon/owner.h
+  gid_t owner_gid;              // the submitting connection's gid (owner_access_of_job)
   char *request_key;            // "owner/request_id", by_request's key; NULL with request_id
   Traind__V1__JobSpec *spec;    // as submitted (protobuf-c allocated, owned)
   int32_t priority;

@@ -20,6 +20,9 @@ typedef struct val_err {
 typedef struct val_roots {
   char *const *dirs; // resolved (realpath) data roots
   int n;
+  // Whose access the job's files are opened with (daemon/owner.h, applied by
+  // spec_fs); NULL: the daemon's own.
+  const struct owner_access *who;
 } val_roots;
 
 // Every request: strings are UTF-8 without NUL, no field is unknown to this

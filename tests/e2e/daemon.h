@@ -335,13 +335,15 @@ static inline const char *td_jobfile_hf(const char *name, const char *dir, const
                     : td_jobfile_model(file, model, steps, steps, NULL);
 }
 
-// A job file for the tests' tiny model (tests/tiny.h).
+// The model section of the tests' tiny model (tests/tiny.h).
+#define TD_TINY_MODEL                                                                                \
+  "model:\n  config:\n    arch: qwen3\n    vocab_size: 256\n    hidden_size: 64\n"                     \
+  "    num_hidden_layers: 2\n    num_attention_heads: 4\n    num_key_value_heads: 2\n"                 \
+  "    head_dim: 16\n    intermediate_size: 176\n    max_position_embeddings: 512\n"
+
+// A job file for the tests' tiny model.
 static inline const char *td_jobfile(const char *name, int steps, int ckpt_every, const char *extra) {
-  return td_jobfile_model(name,
-                          "model:\n  config:\n    arch: qwen3\n    vocab_size: 256\n    hidden_size: 64\n"
-                          "    num_hidden_layers: 2\n    num_attention_heads: 4\n    num_key_value_heads: 2\n"
-                          "    head_dim: 16\n    intermediate_size: 176\n    max_position_embeddings: 512\n",
-                          steps, ckpt_every, extra);
+  return td_jobfile_model(name, TD_TINY_MODEL, steps, ckpt_every, extra);
 }
 
 // GetJob through the client library (NULL when not found).

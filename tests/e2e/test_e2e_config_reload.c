@@ -107,13 +107,13 @@ int main(void) {
   CHECK(td_ctl(&t, NULL, 0, "cancel %s", a) == 0, "cancel %s", a);
   Traind__V1__Job *jc = td_wait_done(&t, c, 120);
   CHECK(jc->state == K(JOB_STATE__JOB_STATE_FAILED) && strstr(jc->error, "spec.data.train_path") &&
-            strstr(jc->error, "No such file or directory"),
+            strstr(jc->error, "not found under the data roots or not readable"),
         "job %s ended %d: %s", c, jc->state, jc->error);
   snprintf(want, sizeof want, "job %s: held in the queue under this config: spec.data.train_path: ", b);
   td_wait_log(&t, want, 0, 60);
   CHECK(state_of(b) == K(JOB_STATE__JOB_STATE_QUEUED), "job %s is not queued", b);
   td_logs(&t, b, text, sizeof text);
-  CHECK(strstr(text, "held in the queue: spec.data.train_path: ") && strstr(text, "is not under a data root"),
+  CHECK(strstr(text, "held in the queue: spec.data.train_path: ") && strstr(text, "not found under the data roots or not readable"),
         "job %s's events do not say why it is held:\n%s", b, text);
 
   // The root back: b runs.

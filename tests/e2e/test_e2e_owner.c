@@ -2,7 +2,8 @@
 // socket (uids 54321 and 54322, trainctl run under setpriv) see, watch,
 // cancel and export their own jobs only; the other's job is NOT_FOUND, as an
 // unknown id is; request ids are per user; root and the members of
-// admin_group (gid 54330) see every job.
+// admin_group (gid 54330) see every job. A job's files are read with its
+// owner's access: a user cannot train on a file of root's they cannot read.
 #define _GNU_SOURCE
 #include "e2e/daemon.h"
 
@@ -105,6 +106,27 @@ int main(void) {
   Traind__V1__Job *j = td_wait_done(&t, a, 120);
   CHECK(j->state == TRAIND__V1__JOB_STATE__JOB_STATE_CANCELLED, "alice's job ended %d", j->state);
   protobuf_c_message_free_unpacked(&j->base, NULL);
+  j = td_wait_done(&t, b, 120);
+  protobuf_c_message_free_unpacked(&j->base, NULL);
+
+  // A 0600 file of root's under a data root: not alice's to train on; root's
+  // job on it trains.
+  char secret[700];
+  snprintf(secret, sizeof secret, "%s/secret.txt", tmp_path("data"));
+  td_sh("cp %s/data/demo/licenses.txt %s && chmod 0600 %s", TRAIND_SOURCE_DIR, secret, secret);
+  const char *sj = td_jobfile_data("secret.yaml", TD_TINY_MODEL, secret, 3, 3, NULL);
+  CHECK(chmod(sj, 0644) == 0, "chmod %s", sj);
+  char sa[80];
+  snprintf(sa, sizeof sa, "%s", submit_as(ALICE, sj, "secret"));
+  Traind__V1__Job *js = td_wait_done(&t, sa, 120);
+  CHECK(js->state == TRAIND__V1__JOB_STATE__JOB_STATE_FAILED && strstr(js->error, "not found under the data roots or not readable"),
+        "alice's job on root's 0600 file ended %d: %s", js->state, js->error);
+  protobuf_c_message_free_unpacked(&js->base, NULL);
+  js = td_wait_done(&t, td_submit(&t, sj, NULL), 120);
+  CHECK(js->state == TRAIND__V1__JOB_STATE__JOB_STATE_SUCCEEDED, "root's job on its own file ended %d: %s", js->state,
+        js->error);
+  protobuf_c_message_free_unpacked(&js->base, NULL);
+
   td_finish(&t);
   printf("ok\n");
   return 0;
