@@ -145,18 +145,18 @@ void api_health_watch(srv_call *c, ProtobufCMessage *req) {
   srv_send(c, &resp.base, NULL);
 }
 
-#define M(name, type, fn) {"/traind.v1.Trainer/" name, &traind__v1__##type##__descriptor, fn}
+#define M(name, type, fn, streaming) {"/traind.v1.Trainer/" name, &traind__v1__##type##__descriptor, fn, streaming}
 const srv_method api_methods[] = {
-    M("SubmitJob", submit_job_request, api_submit),
-    M("GetJob", get_job_request, api_get),
-    M("ListJobs", list_jobs_request, api_list),
-    M("CancelJob", cancel_job_request, api_cancel),
-    M("WatchJob", watch_job_request, api_watch),
-    M("PlanJob", plan_job_request, api_plan),
-    M("ExportJob", export_job_request, api_export),
-    M("GetNode", get_node_request, api_node),
-    {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor, api_health_check},
-    {"/grpc.health.v1.Health/Watch", &grpc__health__v1__health_check_request__descriptor, api_health_watch},
+    M("SubmitJob", submit_job_request, api_submit, 0),
+    M("GetJob", get_job_request, api_get, 0),
+    M("ListJobs", list_jobs_request, api_list, 0),
+    M("CancelJob", cancel_job_request, api_cancel, 0),
+    M("WatchJob", watch_job_request, api_watch, 1),
+    M("PlanJob", plan_job_request, api_plan, 0),
+    M("ExportJob", export_job_request, api_export, 1),
+    M("GetNode", get_node_request, api_node, 0),
+    {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor, api_health_check, 0},
+    {"/grpc.health.v1.Health/Watch", &grpc__health__v1__health_check_request__descriptor, api_health_watch, 1},
 };
 #undef M
 const int api_n_methods = sizeof api_methods / sizeof api_methods[0];

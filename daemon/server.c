@@ -158,7 +158,7 @@ static void send_status(srv_call *c, grpc_status_code code, const char *msg, con
   grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
-  if (!c->md_sent) { // a refused call: a trailers-only answer
+  if (!c->md_sent) { // a unary answer, or a refused call
     ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     c->md_sent = 1;
   }
@@ -375,8 +375,12 @@ static void on_new(srv_tag *t) {
   }
   ops[1].op = GRPC_OP_RECV_MESSAGE;
   ops[1].data.recv_message.recv_message = &c->recv_buf;
-  c->md_sent = 1;
-  call_batch(c, ops, 2, &c->t_recv);
+  if (c->m->streaming) {
+    c->md_sent = 1;
+    call_batch(c, ops, 2, &c->t_recv);
+  } else {
+    call_batch(c, ops + 1, 1, &c->t_recv); // headers go with the answer (send_status)
+  }
 }
 
 static void tag_init(srv_tag *t, srv_call *c, void (*fn)(srv_tag *)) {

@@ -24,6 +24,10 @@ typedef struct srv_method {
   // with protobuf_c_message_free_unpacked: a handler may take a submessage
   // by setting its pointer to NULL.
   void (*handle)(srv_call *c, ProtobufCMessage *req);
+  // Server-streaming: the response headers go out at once (clients wait for
+  // them to open a stream); a unary answer sends headers, message and status
+  // in one write.
+  int streaming;
 } srv_method;
 
 typedef struct srv_options {
