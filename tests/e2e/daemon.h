@@ -254,6 +254,18 @@ static inline int td_stop(td *t, int sig, double timeout_s, double *took) {
   return st;
 }
 
+// Runs a shell command line; its output (stdout and what it sends to
+// stderr) into out, its exit code returned.
+static inline int td_run_out(const char *cmd, char *out, size_t n) {
+  FILE *p = popen(cmd, "r");
+  CHECK(p, "popen %s", cmd);
+  size_t k = fread(out, 1, n - 1, p);
+  out[k] = 0;
+  int st = pclose(p);
+  CHECK(WIFEXITED(st), "%s did not exit normally", cmd);
+  return WEXITSTATUS(st);
+}
+
 // Runs trainctl with TRAIND_ADDR set; its stdout goes into out (may be
 // NULL). Returns its exit code.
 static inline int td_ctl(td *t, char *out, size_t outlen, const char *fmt, ...) {

@@ -105,31 +105,16 @@ class Flood:
         return sid
 
 
-def reset(f, n):
+def open_streams(f, n, reset):
+    """n streams, each reset at once (reset) or left open."""
     sent = 0
     for i in range(n):
         if f.ended:
             break
         try:
             sid = f.headers("/traind.v1.Trainer/GetNode")
-            f.conn.reset_stream(sid)
-        except h2.exceptions.ProtocolError:
-            f.ended = 1
-            break
-        sent += 1
-        if i % 500 == 499:
-            f.pump(0.0)
-    f.pump(2.0)
-    return sent
-
-
-def streams(f, n):
-    sent = 0
-    for i in range(n):
-        if f.ended:
-            break
-        try:
-            f.headers("/traind.v1.Trainer/GetNode")
+            if reset:
+                f.conn.reset_stream(sid)
         except h2.exceptions.TooManyStreamsError:
             f.pump(0.2)  # the daemon's MAX_CONCURRENT_STREAMS: h2 itself holds us to it
             break
@@ -171,7 +156,10 @@ def prefix(f, mib):
 def main():
     path, pid, mode, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     f = Flood(path, pid)
-    sent = {"reset": reset, "streams": streams, "prefix": prefix}[mode](f, n)
+    if mode == "prefix":
+        sent = prefix(f, n)
+    else:
+        sent = open_streams(f, n, mode == "reset")
     f.sample()
     print(f"peak_rss_kib {f.peak} idle_rss_kib {f.idle} sent {sent} refused {f.refused} ended {f.ended}", flush=True)
 

@@ -27,13 +27,7 @@ static void write_roots(int with_src) {
 static int traind_run(char *out, size_t n, const char *args) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd, "%s %s 2>&1", t.bin_traind, args);
-  FILE *p = popen(cmd, "r");
-  CHECK(p, "popen %s", cmd);
-  size_t k = fread(out, 1, n - 1, p);
-  out[k] = 0;
-  int st = pclose(p);
-  CHECK(WIFEXITED(st), "%s did not exit", cmd);
-  return WEXITSTATUS(st);
+  return td_run_out(cmd, out, n);
 }
 
 static Traind__V1__JobState state_of(const char *id) {

@@ -20,13 +20,7 @@ static int ctl_as(int uid, int gid, char *out, size_t n, const char *fmt, ...) {
   va_end(ap);
   snprintf(cmd, sizeof cmd, "setpriv --reuid=%d --regid=%d --clear-groups env TRAIND_ADDR=%s %s %s 2>&1", uid, gid,
            t.sock, t.bin_trainctl, args);
-  FILE *p = popen(cmd, "r");
-  CHECK(p, "popen %s", cmd);
-  size_t k = fread(out, 1, n - 1, p);
-  out[k] = 0;
-  int st = pclose(p);
-  CHECK(WIFEXITED(st), "%s did not exit normally", cmd);
-  return WEXITSTATUS(st);
+  return td_run_out(cmd, out, n);
 }
 
 static const char *submit_as(int uid, const char *jobfile, const char *rid) {
