@@ -111,8 +111,13 @@ void api_cancel(srv_call *c, ProtobufCMessage *req) {
   else srv_fail(c, GRPC_STATUS_NOT_FOUND, "job_id: job \"%s\" was cancelled and removed by retention", r->job_id);
 }
 
-// Newest first. The page token is the id of the last job of the previous
-// page: ids only grow, so pages stay stable while jobs are submitted.
+// Newest first. The page token is the id of the last job the previous call
+// looked at: ids only grow, so pages stay stable while jobs are submitted.
+// One call looks at LIST_SCAN_MAX jobs at most, so a filter that matches few
+// of a large table answers in pages (some short, even empty, with a token)
+// instead of holding the loop while it walks everything.
+enum { LIST_SCAN_MAX = 4096 };
+
 void api_list(srv_call *c, ProtobufCMessage *req) {
   T(ListJobsRequest) *r = (T(ListJobsRequest) *)req;
   traind *d = srv_call_data(c);
@@ -143,9 +148,10 @@ void api_list(srv_call *c, ProtobufCMessage *req) {
   int admin = owner_admin(d, who);
   char me[OWNER_MAX];
   owner_name(who, me);
-  size_t n = 0, i = hi;
-  while (i > 0 && n < page) {
+  size_t n = 0, i = hi, scanned = 0;
+  while (i > 0 && n < page && scanned < LIST_SCAN_MAX) {
     const job *j = d->all[--i];
+    scanned++;
     if (!admin && (!*j->owner || strcmp(j->owner, me))) continue;
     int match = r->n_states == 0;
     for (size_t k = 0; k < r->n_states && !match; k++) match = (job_state)r->states[k] == j->state;
@@ -157,8 +163,8 @@ void api_list(srv_call *c, ProtobufCMessage *req) {
   T(ListJobsResponse) resp = K(LIST_JOBS_RESPONSE__INIT);
   resp.n_jobs = n;
   resp.jobs = ptrs;
-  // More may follow only when the page filled up before the oldest job.
-  resp.next_page_token = n == page && i > 0 ? pbs[n - 1].id : "";
+  // More may follow unless the walk reached the oldest job.
+  resp.next_page_token = i > 0 ? d->all[i]->id : "";
   srv_reply(c, &resp.base);
 out:
   free(pbs);
