@@ -1,15 +1,10 @@
 #include "runner.h"
-#include <errno.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "exec/exec_plan.h"
-#include "log.h"
 #include "planning.h"
 
 struct runner {
@@ -165,16 +160,8 @@ static void run_job(runner *r) {
   st.close(st.ctx);
 }
 
-// Training is throughput work; the loop's is latency work (every API call
-// waits on it). Nice 10 on the runner (and on the threads it starts, which
-// inherit it) leaves the loop ~90% of a core they both want, and costs
-// training nothing while the API is quiet.
-enum { RUNNER_NICE = 10 };
-
 static void thread_main(void *arg) {
   runner *r = arg;
-  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), RUNNER_NICE))
-    log_warn("runner: cannot lower its priority: %s", strerror(errno));
   for (;;) {
     uv_mutex_lock(&r->lock);
     while (!r->has_work && !r->quit) uv_cond_wait(&r->cond, &r->lock);
