@@ -455,6 +455,13 @@ static void meta_fill(const eng_run *r, int64_t *mt) {
   memcpy(mt, v, sizeof v);
 }
 
+// A checkpoint's shard names, known here only: "w.<shard>" holds a layout
+// shard's fp32 weights, "o.<shard>.<tensor>" a tensor's optimizer state.
+static const char *weights_name(char buf[32], int shard) {
+  snprintf(buf, 32, "w.%d", shard);
+  return buf;
+}
+
 int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
   eng_exec_quiesce(r->exec);
   int64_t mt[META_COUNT];
@@ -466,8 +473,7 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
   for (int s = 0; !rc && s < r->model.lo.n_shards; s++) {
     const eng_shard *sh = &r->model.shards[s];
     char name[32];
-    snprintf(name, sizeof name, "w.%d", s);
-    rc = st->ckpt_put(st->ctx, name, sh->w, sh->numel * sizeof(float), e);
+    rc = st->ckpt_put(st->ctx, weights_name(name, s), sh->w, sh->numel * sizeof(float), e);
     for (int i = 0; !rc && i < sh->n_tensors; i++) {
       snprintf(name, sizeof name, "o.%d.%d", s, i);
       rc = st->ckpt_put(st->ctx, name, sh->opt[i].mem, sh->opt[i].bytes, e);
@@ -501,8 +507,7 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
   for (int s = 0; !rc && s < r->model.lo.n_shards; s++) {
     eng_shard *sh = &r->model.shards[s];
     char name[32];
-    snprintf(name, sizeof name, "w.%d", s);
-    rc = st->ckpt_get(st->ctx, step, name, sh->w, sh->numel * sizeof(float), e);
+    rc = st->ckpt_get(st->ctx, step, weights_name(name, s), sh->w, sh->numel * sizeof(float), e);
     for (int i = 0; !rc && i < sh->n_tensors; i++) {
       snprintf(name, sizeof name, "o.%d.%d", s, i);
       // Read in place, then let the optimizer vet the state it will trust.
@@ -530,6 +535,34 @@ int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e) {
   const float *ws[r->model.lo.n_shards];
   for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;
   return eng_hf_save(dir, &r->model.cfg, &r->model.lo, ws, bf16, 0, r->spec.fs, r->model_dir, e);
+}
+
+int eng_ckpt_export_hf(const eng_store *st, int64_t step, const eng_config *c, const char *dir, int bf16,
+                       size_t max_shard_bytes, const eng_fs *src_fs, const char *src_dir, eng_err *e) {
+  int rc = eng_config_validate(c, "export config", e);
+  if (rc) return rc;
+  if (step < 0 && (rc = st->ckpt_latest(st->ctx, &step, e)))
+    return rc == 1 ? eng_err_set(e, ENG_EINVAL, "no checkpoint to export") : rc;
+  eng_layout lo;
+  eng_layout_init(&lo, c);
+  float **w = calloc((size_t)lo.n_shards, sizeof *w);
+  if (!w) return eng_err_set(e, ENG_ENOMEM, "cannot allocate %d shard pointers", lo.n_shards);
+  for (int i = 0; i < lo.n_shards && !rc; i++) {
+    char name[32];
+    weights_name(name, i);
+    size_t want = eng_layout_shard_numel(&lo, i) * sizeof(float), have;
+    rc = st->ckpt_size(st->ctx, step, name, &have, e);
+    if (!rc && have != want)
+      rc = eng_err_set(e, ENG_EINVAL, "checkpoint at step %lld: shard \"%s\" has %zu bytes, the export config gives "
+                       "%zu: config and checkpoint differ", (long long)step, name, have, want);
+    if (!rc && !(w[i] = malloc(want)))
+      rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes for shard \"%s\"", want, name);
+    if (!rc) rc = st->ckpt_get(st->ctx, step, name, w[i], want, e);
+  }
+  if (!rc) rc = eng_hf_save(dir, c, &lo, (const float *const *)w, bf16, max_shard_bytes, src_fs, src_dir, e);
+  for (int i = 0; i < lo.n_shards; i++) free(w[i]);
+  free(w);
+  return rc;
 }
 
 int64_t eng_steps_done(const eng_run *r) { return r->step; }

@@ -160,6 +160,13 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e);
 // A run opened from a model_dir keeps that directory's token ids and copies
 // its tokenizer and generation files (eng_hf_save's src_dir).
 int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e);
+// The same from a checkpoint of st (step < 0: the newest) without opening a
+// run: config c must be the checkpoint's model; safetensors files of at most
+// max_shard_bytes (0: one file); src_dir (may be NULL) is the model
+// directory the weights came from, read under src_fs (common/fs_open.h;
+// NULL: anywhere). Holds the fp32 weights, not the optimizer state.
+int eng_ckpt_export_hf(const eng_store *st, int64_t step, const eng_config *c, const char *dir, int bf16,
+                       size_t max_shard_bytes, const eng_fs *src_fs, const char *src_dir, eng_err *e);
 
 // ---- the cpu's matrix products ------------------------------------------------
 // The route of the cpu backend's products (kernels/cpu/gemm.h): "amx",

@@ -185,7 +185,7 @@ int store_usage_get(store *s, store_usage *u, eng_err *e);
 int store_engine_open(eng_store *st, store *s, const char *job, int keep, eng_err *e);
 
 // ---- Hugging Face export and import -----------------------------------------------
-// Writes the weights ("w.<shard>") of a checkpoint (step < 0: the latest) as
+// Writes the weights of a checkpoint (step < 0: the latest) as
 // a Hugging Face directory for config c: config.json plus safetensors, in
 // BF16 when bf16 != 0, split into files of at most max_shard_bytes (0: one
 // file). src_dir, when not NULL, is the model directory the job started
