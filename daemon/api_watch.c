@@ -89,8 +89,10 @@ static void pump(watch *w) {
     protobuf_c_message_free_unpacked(&f.ev->base, NULL);
     return;
   }
-  // Nothing newer: the terminal state's event is always the job's last.
-  if (w->no_follow || job_finished(j)) srv_finish(w->c, GRPC_STATUS_OK, "%s", "");
+  // Nothing newer in the store. Events still on their way there (the group
+  // commit) wake the watcher when they land; once all are read, the terminal
+  // state's event, always the job's last, ends the stream.
+  if (w->next > j->last_seq && (w->no_follow || job_finished(j))) srv_finish(w->c, GRPC_STATUS_OK, "%s", "");
   else park(j, w);
 }
 

@@ -1,10 +1,24 @@
 #include "commit.h"
 
-#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "log.h"
 #include "mbox.h"
+
+typedef enum { OP_JOB_PUT, OP_JOB_DELETE, OP_EVENT_PUT } op_kind;
+
+typedef struct op {
+  struct op *next;
+  op_kind kind;
+  char job[STORE_JOB_MAX + 1];
+  void *bytes; // the record or the event (malloc'd)
+  size_t n;
+  uint32_t state;
+  int64_t order;
+  uint64_t seq;
+} op;
 
 typedef struct waiter {
   struct waiter *next;
@@ -13,7 +27,7 @@ typedef struct waiter {
   void *arg;
 } waiter;
 
-// One sync's outcome, posted to the loop.
+// One round's outcome (writes applied and synced up to gen), to the loop.
 typedef struct synced_item {
   mbox_item item;
   uint64_t gen;
@@ -27,13 +41,27 @@ struct commit {
   uv_thread_t thread;
   uv_mutex_t mu;
   uv_cond_t cond;
-  uint64_t want;     // (mu) writes made so far; the thread syncs up to it
-  int stop;          // (mu)
-  int running;       // loop: the thread exists
-  uint64_t written;  // loop: writes made so far
-  uint64_t synced;   // loop: writes known durable
-  waiter *head, *tail;
+  op *q_head, *q_tail; // (mu) writes queued, oldest first
+  uint64_t queued;     // (mu) writes queued so far
+  int stop;            // (mu)
+  int running;         // loop: the thread exists
+  uint64_t synced;     // loop: writes known durable
+  waiter *head, *tail; // loop
 };
+
+static void op_free(op *o) {
+  free(o->bytes);
+  free(o);
+}
+
+static int op_apply(store *st, const op *o, eng_err *e) {
+  switch (o->kind) {
+  case OP_JOB_PUT: return store_job_put(st, o->job, o->bytes, o->n, o->state, o->order, e);
+  case OP_JOB_DELETE: return store_job_delete(st, o->job, e);
+  case OP_EVENT_PUT: return store_event_put(st, o->job, o->seq, o->bytes, o->n, e);
+  }
+  return 0;
+}
 
 static void run_waiters(commit *c, uint64_t upto, int rc, const char *err) {
   while (c->head && c->head->gen <= upto) {
@@ -54,25 +82,50 @@ static void on_synced(mbox *b, mbox_item *it) {
   free(s);
 }
 
+// Applies ops in order, then syncs: the first failure is the round's.
+static int round_write(store *st, op *ops, eng_err *e) {
+  int rc = 0;
+  for (op *o = ops; o;) {
+    op *next = o->next;
+    eng_err oe = {0};
+    int orc = op_apply(st, o, &oe);
+    if (orc && !rc) {
+      rc = orc;
+      *e = oe;
+    }
+    op_free(o);
+    o = next;
+  }
+  eng_err se = {0};
+  int src = store_sync(st, &se);
+  if (src && !rc) {
+    rc = src;
+    *e = se;
+  }
+  return rc;
+}
+
 static void sync_thread(void *arg) {
   commit *c = arg;
-  uint64_t done = 0;
   uv_mutex_lock(&c->mu);
   for (;;) {
-    while (!c->stop && c->want == done) uv_cond_wait(&c->cond, &c->mu);
-    if (c->want == done) break; // stopping, nothing outstanding
-    uint64_t gen = c->want;
+    while (!c->stop && !c->q_head) uv_cond_wait(&c->cond, &c->mu);
+    if (!c->q_head) break; // stopping, nothing queued
+    op *ops = c->q_head;
+    uint64_t gen = c->queued;
+    c->q_head = c->q_tail = NULL;
     uv_mutex_unlock(&c->mu);
-    synced_item *s = calloc(1, sizeof *s);
     eng_err e = {0};
-    int rc = store_sync(c->st, &e);
+    int rc = round_write(c->st, ops, &e);
+    synced_item *s = calloc(1, sizeof *s);
     if (s) {
       s->gen = gen;
       s->rc = rc;
       snprintf(s->err, sizeof s->err, "%s", rc ? e.msg : "");
       mbox_post(&c->mb, &s->item);
+    } else {
+      log_err("storage: out of memory reporting a commit; its waiters wait for the next");
     }
-    done = gen;
     uv_mutex_lock(&c->mu);
   }
   uv_mutex_unlock(&c->mu);
@@ -90,7 +143,7 @@ int commit_start(commit **out, uv_loop_t *loop, store *st) {
   uv_mutex_init(&c->mu);
   uv_cond_init(&c->cond);
   if (mbox_init(&c->mb, loop, on_synced, c)) {
-    free(c);
+    commit_free(c);
     return -1;
   }
   if (uv_thread_create(&c->thread, sync_thread, c)) {
@@ -102,28 +155,66 @@ int commit_start(commit **out, uv_loop_t *loop, store *st) {
   return 0;
 }
 
-void commit_wrote(commit *c) {
-  c->written++;
-  if (!c->running) { // stopped: each write is synced where it is made
+static void enqueue(commit *c, op *o) {
+  if (!c->running) { // stopped: made here, synced
     eng_err e = {0};
-    if (store_sync(c->st, &e)) log_err("storage: %s", e.msg);
-    c->synced = c->written;
+    if (round_write(c->st, o, &e)) log_err("storage: %s", e.msg);
     return;
   }
   uv_mutex_lock(&c->mu);
-  c->want = c->written;
+  if (c->q_tail) c->q_tail->next = o;
+  else c->q_head = o;
+  c->q_tail = o;
+  c->queued++;
   uv_cond_signal(&c->cond);
   uv_mutex_unlock(&c->mu);
 }
 
+static op *op_new(op_kind kind, const char *job, void *bytes, size_t n) {
+  op *o = calloc(1, sizeof *o);
+  if (!o) {
+    free(bytes);
+    log_err("job %s: out of memory queueing a write; it is lost", job);
+    return NULL;
+  }
+  o->kind = kind;
+  snprintf(o->job, sizeof o->job, "%s", job);
+  o->bytes = bytes;
+  o->n = n;
+  return o;
+}
+
+void commit_job_put(commit *c, const char *job, void *rec, size_t n, uint32_t state, int64_t order) {
+  op *o = op_new(OP_JOB_PUT, job, rec, n);
+  if (!o) return;
+  o->state = state;
+  o->order = order;
+  enqueue(c, o);
+}
+
+void commit_job_delete(commit *c, const char *job) {
+  op *o = op_new(OP_JOB_DELETE, job, NULL, 0);
+  if (o) enqueue(c, o);
+}
+
+void commit_event_put(commit *c, const char *job, uint64_t seq, void *ev, size_t n) {
+  op *o = op_new(OP_EVENT_PUT, job, ev, n);
+  if (!o) return;
+  o->seq = seq;
+  enqueue(c, o);
+}
+
 int commit_when_durable(commit *c, commit_fn fn, void *arg) {
-  if (c->synced >= c->written) {
+  uv_mutex_lock(&c->mu);
+  uint64_t gen = c->queued;
+  uv_mutex_unlock(&c->mu);
+  if (c->synced >= gen) {
     fn(arg, 0, "");
     return 0;
   }
   waiter *w = calloc(1, sizeof *w);
   if (!w) return -1;
-  *w = (waiter){NULL, c->written, fn, arg};
+  *w = (waiter){NULL, gen, fn, arg};
   if (c->tail) c->tail->next = w;
   else c->head = w;
   c->tail = w;
@@ -136,18 +227,18 @@ void commit_stop(commit *c) {
   c->stop = 1;
   uv_cond_signal(&c->cond);
   uv_mutex_unlock(&c->mu);
-  uv_thread_join(&c->thread); // it syncs what is outstanding first
+  uv_thread_join(&c->thread); // it writes and syncs what is queued first
   c->running = 0;
   mbox_close(&c->mb, NULL);
-  // The posts not yet handled are dropped with the mbox: their syncs
-  // covered everything written, so the waiters are durable.
+  // The rounds not yet reported are dropped with the mbox: the thread ended
+  // after the last of them, so every write queued is applied and synced.
   for (mbox_item *it = c->mb.head; it;) {
     mbox_item *next = it->next;
     free(it);
     it = next;
   }
   c->mb.head = c->mb.tail = NULL;
-  c->synced = c->written;
+  c->synced = c->queued;
   run_waiters(c, UINT64_MAX, 0, "");
 }
 

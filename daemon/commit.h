@@ -1,31 +1,40 @@
-// Group commit (DESIGN §5): the loop writes job records and events without
-// waiting for the disk (the store's group_commit), and this module's thread
-// syncs the write-ahead log while writes are outstanding, one sync for all
-// the writes made meanwhile. What must not happen before a write is durable
-// (answering a client that its submission or cancellation is stored) waits
-// for it here and then runs on the loop. A daemon killed keeps every write
-// (they reach the OS as they are made); a machine that dies loses at most
-// the writes of the last sync's window, none of them acknowledged.
+// Group commit (DESIGN §5): the loop never touches the disk for the job
+// table. It queues each job record, deletion and event here, and this
+// module's thread writes everything queued meanwhile to RocksDB's write-ahead
+// log and syncs it once (store_sync): one synced write for every request
+// that arrived while the last one was on the disk. What must not happen
+// before a write is durable waits for it here and then runs on the loop:
+// answering a client that its submission or cancellation is stored, waking
+// the watchers that read the job's events back. Writes are applied in the
+// order they were queued. A machine that dies loses at most the writes not
+// yet synced, none of them acknowledged; a daemon that dies also those not
+// yet handed to the log (a millisecond's worth: the thread takes them as
+// they come).
 #ifndef TRAIND_COMMIT_H
 #define TRAIND_COMMIT_H
 
+#include <stdint.h>
 #include <uv.h>
 
 #include "storage/store.h"
 
 typedef struct commit commit;
 
-// rc 0, or the sync's error code and message.
+// rc 0, or the error code and message of the write or the sync that failed.
 typedef void (*commit_fn)(void *arg, int rc, const char *err);
 
 int commit_start(commit **out, uv_loop_t *loop, store *st);
-// A write was made (loop thread): it is synced soon, waited for or not.
-void commit_wrote(commit *c);
-// fn(arg) runs on the loop once every write made so far is durable: later,
+// Queue a write (loop thread); rec and ev are malloc'd and taken. The job
+// record as store_job_put takes it, the job's removal (store_job_delete),
+// an event at the sequence number the loop gave it (store_event_put).
+void commit_job_put(commit *c, const char *job, void *rec, size_t n, uint32_t state, int64_t order);
+void commit_job_delete(commit *c, const char *job);
+void commit_event_put(commit *c, const char *job, uint64_t seq, void *ev, size_t n);
+// fn(arg) runs on the loop once every write queued so far is durable: later,
 // or at once when nothing is outstanding. -1 when out of memory.
 int commit_when_durable(commit *c, commit_fn fn, void *arg);
-// Syncs what is outstanding and stops the thread; waiters run first. Writes
-// made afterwards are synced by commit_wrote itself. Loop thread.
+// Writes and syncs what is queued and stops the thread; waiters run first.
+// Writes queued afterwards are made at once, synced. Loop thread.
 void commit_stop(commit *c);
 void commit_free(commit *c);
 

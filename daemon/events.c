@@ -1,6 +1,7 @@
 // A job's event log: every state change, recorded step metrics, committed
-// checkpoint and log line, appended (synced) with the next sequence number;
-// watchers parked on the job are woken (api_watch.c).
+// checkpoint and log line, numbered here and written through the group
+// commit (commit.h); watchers parked on the job are woken once it is stored
+// (api_watch.c reads it back).
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +14,19 @@
 #define T(x) Traind__V1__##x   // types
 #define K(x) TRAIND__V1__##x   // constants
 
+typedef struct wake {
+  traind *d;
+  char job[STORE_JOB_MAX + 1];
+} wake;
+
+static void on_durable(void *arg, int rc, const char *err) {
+  (void)rc, (void)err; // the commit logged a failure; the watchers then find nothing new
+  wake *w = arg;
+  job *j = job_find(w->d, w->job);
+  if (j) events_wake(w->d, j);
+  free(w);
+}
+
 static int append(traind *d, job *j, T(JobEvent) *ev) {
   ev->time_ms = now_ms();
   size_t n = protobuf_c_message_get_packed_size(&ev->base);
@@ -22,17 +36,20 @@ static int append(traind *d, job *j, T(JobEvent) *ev) {
     return ENG_ENOMEM;
   }
   protobuf_c_message_pack(&ev->base, buf);
-  eng_err e = {0};
-  uint64_t seq;
-  int rc = store_event_append(d->st, j->id, buf, n, &seq, &e);
-  free(buf);
-  if (rc) {
-    log_err("job %s: recording an event failed: %s", j->id, e.msg);
-    return rc;
+  // The loop is the log's one writer: it numbers the events; watchers read
+  // them back from the store once they are there.
+  j->last_seq++;
+  commit_event_put(d->commit, j->id, j->last_seq, buf, n);
+  wake *w = malloc(sizeof *w);
+  if (w) {
+    w->d = d;
+    snprintf(w->job, sizeof w->job, "%s", j->id);
   }
-  commit_wrote(d->commit);
-  j->last_seq = seq;
-  events_wake(d, j);
+  if (!w || commit_when_durable(d->commit, on_durable, w)) {
+    free(w);
+    log_err("job %s: out of memory waking its watchers", j->id);
+    return ENG_ENOMEM;
+  }
   return 0;
 }
 

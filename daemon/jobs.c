@@ -190,16 +190,13 @@ int job_save(traind *d, job *j, eng_err *e) {
   size_t n;
   uint8_t *buf = pack(&rec.base, &n);
   if (!buf) return eng_err_set(e, ENG_ENOMEM, "job %s: cannot allocate its record", j->id);
-  int rc = store_job_put(d->st, j->id, buf, n, (uint32_t)j->state, j->state == JS(QUEUED) ? j->order : -1, e);
-  free(buf);
-  if (!rc) commit_wrote(d->commit);
-  return rc;
+  commit_job_put(d->commit, j->id, buf, n, (uint32_t)j->state, j->state == JS(QUEUED) ? j->order : -1);
+  return 0;
 }
 
 int job_delete(traind *d, job *j, eng_err *e) {
-  int rc = store_job_delete(d->st, j->id, e);
-  if (rc) return rc;
-  commit_wrote(d->commit);
+  (void)e;
+  commit_job_delete(d->commit, j->id);
   events_job_gone(d, j);
   if (j->queued) sched_dequeue(d, j);
   strmap_del(&d->by_id, j->id);
@@ -285,6 +282,14 @@ static int load_one(void *ctx, const char *id, uint32_t state, int64_t order) {
     log_err("job %s: its record in the store is damaged; leaving it out", id);
     return 0;
   }
+  // The record is written before the event of the same change (and a daemon
+  // may die between them): the log's own last number is the one to go on from.
+  uint64_t last;
+  if ((rc = store_event_last(l->d->st, id, &last, l->e))) {
+    job_free(j);
+    return rc;
+  }
+  if (last > j->last_seq) j->last_seq = last;
   if (j->state == JS(QUEUED)) sched_enqueue(l->d, j);
   if (l->d->n_all == l->d->cap_all) {
     size_t cap = l->d->cap_all ? l->d->cap_all * 2 : 256;

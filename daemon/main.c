@@ -77,6 +77,7 @@ static void on_drain_timeout(uv_timer_t *t) {
           "checkpoint after a restart)",
           d->cfg.drain_timeout_s);
   sched_abandon(d);
+  commit_stop(d->commit); // the job's record as queued, on the disk before the exit
   _exit(0);
 }
 

@@ -110,6 +110,11 @@ int store_event_append(store *s, const char *job, const void *ev, size_t n, uint
 // Calls fn for every event of the job with sequence >= from, in order,
 // while reading (fn must not call the store); a nonzero return stops the
 // scan and is returned by it. ev is valid only during the call.
+// Writes one event at a sequence number its caller keeps (the one writer of
+// the job's log: the daemon's loop), replacing one there.
+int store_event_put(store *s, const char *job, uint64_t seq, const void *ev, size_t n, eng_err *e);
+// The job's last sequence number (0 when it has no events).
+int store_event_last(store *s, const char *job, uint64_t *seq, eng_err *e);
 typedef int (*store_event_fn)(void *ctx, uint64_t seq, const void *ev, size_t n);
 int store_event_scan(store *s, const char *job, uint64_t from, store_event_fn fn, void *ctx, eng_err *e);
 

@@ -47,6 +47,25 @@ int store_event_append(store *s, const char *job, const void *ev, size_t n, uint
   return rc;
 }
 
+int store_event_put(store *s, const char *job, uint64_t seq, const void *ev, size_t n, eng_err *e) {
+  int rc = store_job_check(job, e);
+  if (rc || (rc = store_enter(s, e))) return rc;
+  skey k = key_event(job, seq);
+  char *err = NULL;
+  rocksdb_put_cf(s->db, s->w_rec, s->cf[CF_EVENTS], k.b, k.n, ev, n, &err);
+  if (err) rc = store_rocks_err(s, err, 1, e, "job \"%s\": writing event %" PRIu64, job, seq);
+  store_leave(s);
+  return rc;
+}
+
+int store_event_last(store *s, const char *job, uint64_t *seq, eng_err *e) {
+  int rc = store_job_check(job, e);
+  if (rc || (rc = store_enter(s, e))) return rc;
+  rc = last_seq(s, job, seq, e);
+  store_leave(s);
+  return rc;
+}
+
 int store_event_scan(store *s, const char *job, uint64_t from, store_event_fn fn, void *ctx, eng_err *e) {
   int rc = store_job_check(job, e);
   if (rc || (rc = store_enter(s, e))) return rc;
