@@ -104,17 +104,15 @@ int store_job_scan_state(store *s, uint32_t state, store_job_fn fn, void *ctx, e
 int store_job_scan_queue(store *s, store_job_fn fn, void *ctx, eng_err *e);
 
 // ---- events -------------------------------------------------------------------
-// Appends one event (synced, or see group_commit) and returns its sequence number in *seq
-// (1, 2, ... per job).
-int store_event_append(store *s, const char *job, const void *ev, size_t n, uint64_t *seq, eng_err *e);
-// Calls fn for every event of the job with sequence >= from, in order,
-// while reading (fn must not call the store); a nonzero return stops the
-// scan and is returned by it. ev is valid only during the call.
 // Writes one event at a sequence number its caller keeps (the one writer of
-// the job's log: the daemon's loop), replacing one there.
+// the job's log: the daemon's loop numbers them 1, 2, ...), replacing one
+// there. Synced, or for store_sync to make durable (group_commit).
 int store_event_put(store *s, const char *job, uint64_t seq, const void *ev, size_t n, eng_err *e);
 // The job's last sequence number (0 when it has no events).
 int store_event_last(store *s, const char *job, uint64_t *seq, eng_err *e);
+// Calls fn for every event of the job with sequence >= from, in order,
+// while reading (fn must not call the store); a nonzero return stops the
+// scan and is returned by it. ev is valid only during the call.
 typedef int (*store_event_fn)(void *ctx, uint64_t seq, const void *ev, size_t n);
 int store_event_scan(store *s, const char *job, uint64_t from, store_event_fn fn, void *ctx, eng_err *e);
 

@@ -1,6 +1,5 @@
-// The per-job event log: J seq -> event. The next sequence number is one
-// past the job's last key, found by seeking backwards under meta_mu, so
-// appends from several threads never share a number.
+// The per-job event log: J seq -> event. Its one writer (the daemon's loop)
+// numbers the events; the last number is found by seeking backwards.
 #include <inttypes.h>
 
 #include "store_impl.h"
@@ -27,24 +26,6 @@ static int last_seq(store *s, const char *job, uint64_t *seq, eng_err *e) {
   rocksdb_iter_get_error(it, &err);
   rocksdb_iter_destroy(it);
   return err ? store_rocks_err(s, err, 0, e, "job \"%s\": reading the last event", job) : 0;
-}
-
-int store_event_append(store *s, const char *job, const void *ev, size_t n, uint64_t *seq, eng_err *e) {
-  int rc = store_job_check(job, e);
-  if (rc || (rc = store_enter(s, e))) return rc;
-  pthread_mutex_lock(&s->meta_mu);
-  uint64_t last;
-  rc = last_seq(s, job, &last, e);
-  if (!rc) {
-    skey k = key_event(job, last + 1);
-    char *err = NULL;
-    rocksdb_put_cf(s->db, s->w_rec, s->cf[CF_EVENTS], k.b, k.n, ev, n, &err);
-    if (err) rc = store_rocks_err(s, err, 1, e, "job \"%s\": appending event %" PRIu64, job, last + 1);
-    else if (seq) *seq = last + 1;
-  }
-  pthread_mutex_unlock(&s->meta_mu);
-  store_leave(s);
-  return rc;
 }
 
 int store_event_put(store *s, const char *job, uint64_t seq, const void *ev, size_t n, eng_err *e) {

@@ -38,8 +38,8 @@ struct store {
   store_options opt;
   // Readers: every operation. Writer: reopening and closing the database.
   pthread_rwlock_t lock;
-  // Serialises read-modify-write sequences: a job's indexes, event
-  // sequence numbers, a job's "last checkpoint" field, checkpoint attempts.
+  // Serialises read-modify-write sequences: a job's indexes, a job's "last
+  // checkpoint" field, checkpoint attempts.
   pthread_mutex_t meta_mu;
   rocksdb_t *db; // NULL while closed after a failed reopen
   rocksdb_column_family_handle_t *def, *cf[CF_COUNT];

@@ -123,8 +123,7 @@ int main(void) {
   CHECK(latest == 2, "the last complete checkpoint is still step 2 (%lld)", (long long)latest);
   CHECK_OK(store_ckpt_verify(st, JOB, 2, NULL, &e), &e);
   resumes_at(st, 2);
-  uint64_t seq;
-  CHECK_OK(store_event_append(st, JOB, "still writable", 14, &seq, &e), &e);
+  CHECK_OK(store_event_put(st, JOB, 1, "still writable", 14, &e), &e);
   printf("after it: step 2 still verifies and resumes bit-identically; an event still appends\n");
 
   // Space back: the same store (and the same run) checkpoints again.

@@ -1,8 +1,8 @@
 // One store shared by threads, as the daemon shares it between its loop and
 // its runners: four threads each run a job (events, checkpoints, spill put /
-// get / drop) while two more append events to one shared job. Every value
-// reads back as written and the shared job's sequence numbers come out
-// 1..N with none repeated.
+// get / drop) while two more write events to one shared job, interleaving
+// their sequence numbers. Every value reads back as written and the shared
+// job's events come out 1..N in order, none lost.
 #define _XOPEN_SOURCE 700
 #include <inttypes.h>
 #include <pthread.h>
@@ -43,9 +43,10 @@ static void *runner(void *arg) {
     CHECK_OK(store_ckpt_put(c, "w", v, 65536, &e), &e);
     CHECK_OK(store_ckpt_commit(c, &e), &e);
     CHECK_OK(store_ckpt_keep(st, job, 2, &e), &e);
-    uint64_t seq;
-    CHECK_OK(store_event_append(st, job, &r, sizeof r, &seq, &e), &e);
-    CHECK(seq == (uint64_t)r + 1, "%s: event %d got sequence %" PRIu64, job, r, seq);
+    CHECK_OK(store_event_put(st, job, (uint64_t)r + 1, &r, sizeof r, &e), &e);
+    uint64_t last;
+    CHECK_OK(store_event_last(st, job, &last, &e), &e);
+    CHECK(last == (uint64_t)r + 1, "%s: after event %d the last is %" PRIu64, job, r + 1, last);
   }
   int64_t latest;
   CHECK_OK(store_ckpt_latest(st, job, &latest, &e), &e);
@@ -58,10 +59,12 @@ static void *runner(void *arg) {
   return NULL;
 }
 
+// Appender k writes the sequence numbers k+1, k+1+APPENDERS, ...
 static void *appender(void *arg) {
-  (void)arg;
+  int k = (int)(intptr_t)arg;
   eng_err e = {0};
-  for (int i = 0; i < EVENTS; i++) CHECK_OK(store_event_append(st, "shared", "x", 1, NULL, &e), &e);
+  for (int i = 0; i < EVENTS; i++)
+    CHECK_OK(store_event_put(st, "shared", (uint64_t)(i * APPENDERS + k + 1), "x", 1, &e), &e);
   return NULL;
 }
 
@@ -81,7 +84,7 @@ int main(void) {
   CHECK_OK(store_open(&st, tmp_path("db"), &o, &e), &e);
   pthread_t t[RUNNERS + APPENDERS];
   for (int i = 0; i < RUNNERS; i++) pthread_create(&t[i], NULL, runner, (void *)(intptr_t)i);
-  for (int i = 0; i < APPENDERS; i++) pthread_create(&t[RUNNERS + i], NULL, appender, NULL);
+  for (int i = 0; i < APPENDERS; i++) pthread_create(&t[RUNNERS + i], NULL, appender, (void *)(intptr_t)i);
   for (int i = 0; i < RUNNERS + APPENDERS; i++) pthread_join(t[i], NULL);
   uint64_t next = 1;
   CHECK_OK(store_event_scan(st, "shared", 1, count_event, &next, &e), &e);
