@@ -54,13 +54,12 @@ static void durable_closed(srv_call *c, void *app) {
   ((durable *)app)->c = NULL;
 }
 
-static void durable_done(void *arg, int rc, const char *err) {
+static void durable_done(void *arg) {
   durable *w = arg;
   if (w->c) {
     srv_on_close(w->c, NULL, NULL); // answered here: the waiter goes now
     const job *j = job_find(w->d, w->id);
-    if (rc) srv_fail(w->c, GRPC_STATUS_UNAVAILABLE, "storage: %s", err);
-    else if (!j) srv_fail(w->c, GRPC_STATUS_NOT_FOUND, "job_id: job \"%s\" was removed by retention", w->id);
+    if (!j) srv_fail(w->c, GRPC_STATUS_NOT_FOUND, "job_id: job \"%s\" was removed by retention", w->id);
     else if (w->submit) reply_submit(w->c, j, w->created);
     else api_reply_job(w->c, j);
   }

@@ -27,12 +27,10 @@ typedef struct waiter {
   void *arg;
 } waiter;
 
-// One round's outcome (writes applied and synced up to gen), to the loop.
+// Every write queued up to gen is durable: to the loop.
 typedef struct synced_item {
   mbox_item item;
   uint64_t gen;
-  int rc;
-  char err[sizeof(((eng_err *)0)->msg)];
 } synced_item;
 
 struct commit {
@@ -63,12 +61,12 @@ static int op_apply(store *st, const op *o, eng_err *e) {
   return 0;
 }
 
-static void run_waiters(commit *c, uint64_t upto, int rc, const char *err) {
+static void run_waiters(commit *c, uint64_t upto) {
   while (c->head && c->head->gen <= upto) {
     waiter *w = c->head;
     c->head = w->next;
     if (!c->head) c->tail = NULL;
-    w->fn(w->arg, rc, err);
+    w->fn(w->arg);
     free(w);
   }
 }
@@ -76,57 +74,78 @@ static void run_waiters(commit *c, uint64_t upto, int rc, const char *err) {
 static void on_synced(mbox *b, mbox_item *it) {
   commit *c = b->data;
   synced_item *s = (synced_item *)it;
-  if (s->rc) log_err("storage: %s", s->err);
   if (s->gen > c->synced) c->synced = s->gen;
-  run_waiters(c, s->gen, s->rc, s->err);
+  run_waiters(c, s->gen);
   free(s);
 }
 
-// Applies ops in order, then syncs: the first failure is the round's.
-static int round_write(store *st, op *ops, eng_err *e) {
-  int rc = 0;
-  for (op *o = ops; o;) {
-    op *next = o->next;
-    eng_err oe = {0};
-    int orc = op_apply(st, o, &oe);
-    if (orc && !rc) {
-      rc = orc;
-      *e = oe;
-    }
+// Applies *ops in order, freeing each once written, then syncs. On a
+// failure *ops keeps the writes not made (the failed one first) and the
+// sync is left for the retry.
+static int round_write(store *st, op **ops, eng_err *e) {
+  while (*ops) {
+    op *o = *ops;
+    int rc = op_apply(st, o, e);
+    if (rc) return rc;
+    *ops = o->next;
     op_free(o);
-    o = next;
   }
-  eng_err se = {0};
-  int src = store_sync(st, &se);
-  if (src && !rc) {
-    rc = src;
-    *e = se;
-  }
-  return rc;
+  return store_sync(st, e);
 }
 
+// A round that failed (a full disk, a database being reopened) is tried
+// again, its writes ahead of those queued since, 10 ms .. 1 s apart: nothing
+// queued is dropped and nothing waiting for it runs before it is durable.
 static void sync_thread(void *arg) {
   commit *c = arg;
+  uint64_t backoff_ms = 0;
   uv_mutex_lock(&c->mu);
   for (;;) {
-    while (!c->stop && !c->q_head) uv_cond_wait(&c->cond, &c->mu);
-    if (!c->q_head) break; // stopping, nothing queued
+    while (!c->stop && !c->q_head && !backoff_ms) uv_cond_wait(&c->cond, &c->mu);
+    if (!c->q_head && !backoff_ms) break; // stopping, nothing queued
     op *ops = c->q_head;
     uint64_t gen = c->queued;
     c->q_head = c->q_tail = NULL;
     uv_mutex_unlock(&c->mu);
     eng_err e = {0};
-    int rc = round_write(c->st, ops, &e);
+    int rc = round_write(c->st, &ops, &e);
+    uv_mutex_lock(&c->mu);
+    if (rc && c->stop) { // the process is ending: say what is lost
+      int lost = 0;
+      for (op *next; ops; ops = next, lost++) {
+        next = ops->next;
+        op_free(ops);
+      }
+      for (op *next, *o = c->q_head; o; o = next, lost++) {
+        next = o->next;
+        op_free(o);
+      }
+      c->q_head = c->q_tail = NULL;
+      log_err("storage: %s; stopping with %d writes of the job table not made", e.msg, lost);
+      break;
+    }
+    if (rc) {
+      if (!backoff_ms) log_err("storage: %s; retrying the job table's writes until it works", e.msg);
+      if (ops) { // back at the head, before what came meanwhile
+        op *last = ops;
+        while (last->next) last = last->next;
+        last->next = c->q_head;
+        if (!c->q_head) c->q_tail = last;
+        c->q_head = ops;
+      }
+      backoff_ms = backoff_ms ? (backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2) : 10;
+      uv_mutex_unlock(&c->mu);
+      uv_sleep((unsigned)backoff_ms);
+      uv_mutex_lock(&c->mu);
+      continue;
+    }
+    if (backoff_ms) log_info("storage: the job table's writes go through again");
+    backoff_ms = 0;
     synced_item *s = calloc(1, sizeof *s);
     if (s) {
       s->gen = gen;
-      s->rc = rc;
-      snprintf(s->err, sizeof s->err, "%s", rc ? e.msg : "");
       mbox_post(&c->mb, &s->item);
-    } else {
-      log_err("storage: out of memory reporting a commit; its waiters wait for the next");
-    }
-    uv_mutex_lock(&c->mu);
+    } // else the next round's report covers these waiters too
   }
   uv_mutex_unlock(&c->mu);
 }
@@ -158,7 +177,11 @@ int commit_start(commit **out, uv_loop_t *loop, store *st) {
 static void enqueue(commit *c, op *o) {
   if (!c->running) { // stopped: made here, synced
     eng_err e = {0};
-    if (round_write(c->st, o, &e)) log_err("storage: %s", e.msg);
+    if (round_write(c->st, &o, &e)) log_err("storage: %s; a write of job %s is lost", e.msg, o->job);
+    for (op *next; o; o = next) {
+      next = o->next;
+      op_free(o);
+    }
     return;
   }
   uv_mutex_lock(&c->mu);
@@ -209,7 +232,7 @@ int commit_when_durable(commit *c, commit_fn fn, void *arg) {
   uint64_t gen = c->queued;
   uv_mutex_unlock(&c->mu);
   if (c->synced >= gen) {
-    fn(arg, 0, "");
+    fn(arg);
     return 0;
   }
   waiter *w = calloc(1, sizeof *w);
@@ -239,7 +262,7 @@ void commit_stop(commit *c) {
   }
   c->mb.head = c->mb.tail = NULL;
   c->synced = c->queued;
-  run_waiters(c, UINT64_MAX, 0, "");
+  run_waiters(c, UINT64_MAX);
 }
 
 void commit_free(commit *c) {

@@ -6,7 +6,9 @@
 // before a write is durable waits for it here and then runs on the loop:
 // answering a client that its submission or cancellation is stored, waking
 // the watchers that read the job's events back. Writes are applied in the
-// order they were queued. A machine that dies loses at most the writes not
+// order they were queued; a round that fails (a full disk) is retried, its
+// writes first, until it goes through, so nothing queued is dropped and its
+// waiters wait. A machine that dies loses at most the writes not
 // yet synced, none of them acknowledged; a daemon that dies also those not
 // yet handed to the log (a millisecond's worth: the thread takes them as
 // they come).
@@ -20,8 +22,7 @@
 
 typedef struct commit commit;
 
-// rc 0, or the error code and message of the write or the sync that failed.
-typedef void (*commit_fn)(void *arg, int rc, const char *err);
+typedef void (*commit_fn)(void *arg);
 
 int commit_start(commit **out, uv_loop_t *loop, store *st);
 // Queue a write (loop thread); rec and ev are malloc'd and taken. The job
@@ -34,6 +35,7 @@ void commit_event_put(commit *c, const char *job, uint64_t seq, void *ev, size_t
 // or at once when nothing is outstanding. -1 when out of memory.
 int commit_when_durable(commit *c, commit_fn fn, void *arg);
 // Writes and syncs what is queued and stops the thread; waiters run first.
+// A round that fails while stopping is given up (logged): the process ends.
 // Writes queued afterwards are made at once, synced. Loop thread.
 void commit_stop(commit *c);
 void commit_free(commit *c);

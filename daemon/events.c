@@ -19,8 +19,7 @@ typedef struct wake {
   char job[STORE_JOB_MAX + 1];
 } wake;
 
-static void on_durable(void *arg, int rc, const char *err) {
-  (void)rc, (void)err; // the commit logged a failure; the watchers then find nothing new
+static void on_durable(void *arg) {
   wake *w = arg;
   job *j = job_find(w->d, w->job);
   if (j) events_wake(w->d, j);
