@@ -449,4 +449,15 @@ static inline void td_finish(td *t) {
   tmp_cleanup();
 }
 
+// A fresh daemon that trained one short job (4 steps, a checkpoint every 2)
+// to success and was then killed (SIGKILL): what it left behind is the
+// test's to look at. The job's id into id.
+static inline void td_ran_and_killed(td *t, const char *jobfile_name, char *id, size_t n) {
+  td_init(t);
+  td_start(t);
+  snprintf(id, n, "%s", td_submit(t, td_jobfile(jobfile_name, 4, 2, NULL), NULL));
+  td_wait_success(t, id, 120);
+  td_stop(t, SIGKILL, 10, NULL);
+}
+
 #endif

@@ -18,12 +18,8 @@ static int entries(const char *dir) {
 
 int main(void) {
   td t;
-  td_init(&t);
-  td_start(&t);
   char a[80];
-  snprintf(a, sizeof a, "%s", td_submit(&t, td_jobfile("export.yaml", 4, 2, NULL), NULL));
-  td_wait_success(&t, a, 120);
-  td_stop(&t, SIGKILL, 10, NULL);
+  td_ran_and_killed(&t, "export.yaml", a, sizeof a);
 
   // What an export killed mid-way leaves: its directory, a file half written.
   char scratch[700], dir[800], file[900];

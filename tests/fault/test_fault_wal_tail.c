@@ -9,12 +9,8 @@
 
 int main(void) {
   td t;
-  td_init(&t);
-  td_start(&t);
   char a[80];
-  snprintf(a, sizeof a, "%s", td_submit(&t, td_jobfile("wal.yaml", 4, 2, NULL), NULL));
-  td_wait_success(&t, a, 120);
-  td_stop(&t, SIGKILL, 10, NULL);
+  td_ran_and_killed(&t, "wal.yaml", a, sizeof a);
 
   // The newest non-empty WAL file: one byte of its last record flipped.
   char db[700], wal[1000] = "";
