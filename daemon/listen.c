@@ -33,6 +33,7 @@ struct lsn {
   uv_poll_t poll;
   uv_timer_t backoff;
   uint64_t backoff_ms;  // the next pause when accepting fails; 0: none now
+  int full;             // refusing connections at max_connections (logged once per episode)
   conn *conns;
   int n_conns;          // entries in conns (the highest fd + 1)
   int bound;            // the socket file is ours to remove
@@ -114,11 +115,15 @@ static void accept_one(lsn *l, int fd) {
   }
   lsn_peer p = {uc.uid, uc.gid, uc.pid};
   if (conns_live(l) >= l->o.max_conns) {
-    log_warn("socket %s: %d connections open (max_connections); closing a new one from uid %u pid %d", l->path,
-             l->o.max_conns, (unsigned)p.uid, (int)p.pid);
+    if (!l->full)
+      log_warn("socket %s: %d connections open (max_connections); closing new ones (the first from uid %u pid %d) "
+               "until some close",
+               l->path, l->o.max_conns, (unsigned)p.uid, (int)p.pid);
+    l->full = 1;
     close(fd);
     return;
   }
+  l->full = 0;
   if (conn_add(l, fd, &p)) {
     log_err("socket %s: out of memory for a connection; closed", l->path);
     close(fd);
