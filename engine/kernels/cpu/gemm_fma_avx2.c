@@ -19,8 +19,8 @@ enum { MR = 6, NR = 16 };
 #define VSTOREU(p, v) _mm256_storeu_ps(p, v)
 #define VBCAST(p) _mm256_broadcast_ss(p)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VTRANSPOSE(r) transpose8(r)
 #define VADD(a, b) _mm256_add_ps(a, b)
-#include "kernels/cpu/gemm_fma_block.h"
 
 // The 8 × 8 floats of r transposed in registers: r[c] becomes column c.
 AVX2 static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
@@ -41,13 +41,7 @@ AVX2 static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
   }
 }
 
-// The driver's tile_t: 8 rows of src in, their columns out.
-AVX2 static void tile_t(float *dst, size_t ldd, const float *src, size_t lds) {
-  __m256 r[8];
-  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (size_t)i * lds);
-  transpose8(r);
-  for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (size_t)i * ldd, r[i]);
-}
+#include "kernels/cpu/gemm_fma_block.h"
 
-const eng_k_fma_isa eng_k_fma_avx2 = {"avx2", MR, NR, 8, rows, cols, tile_t};
+const eng_k_fma_isa eng_k_fma_avx2 = {"avx2", MR, NR, VW, rows, cols, tile_t};
 #endif

@@ -19,8 +19,8 @@ enum { MR = 12, NR = 32 };
 #define VSTOREU(p, v) _mm512_storeu_ps(p, v)
 #define VBCAST(p) _mm512_set1_ps(*(p))
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VTRANSPOSE(r) transpose16(r)
 #define VADD(a, b) _mm512_add_ps(a, b)
-#include "kernels/cpu/gemm_fma_block.h"
 
 // The 16 × 16 floats of r transposed in registers (unpacks within 128-bit
 // lanes, then lane shuffles): r[c] becomes column c.
@@ -49,13 +49,7 @@ AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16
   }
 }
 
-// The driver's tile_t: 16 rows of src in, their columns out.
-AVX512 static void tile_t(float *dst, size_t ldd, const float *src, size_t lds) {
-  __m512 r[16];
-  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (size_t)i * lds);
-  transpose16(r);
-  for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (size_t)i * ldd, r[i]);
-}
+#include "kernels/cpu/gemm_fma_block.h"
 
-const eng_k_fma_isa eng_k_fma_avx512 = {"avx512", MR, NR, 16, rows, cols, tile_t};
+const eng_k_fma_isa eng_k_fma_avx512 = {"avx512", MR, NR, VW, rows, cols, tile_t};
 #endif

@@ -1,12 +1,14 @@
 // The register block of kernels/cpu/gemm_fma.h, written once for every
 // instruction set: MR rows × two vectors of columns of chains, one broadcast
-// of A and two loads of the panel per step of k, then C = or + the chains.
-// Its includer (gemm_fma_avx512.c, gemm_fma_avx2.c) defines first:
+// of A and two loads of the panel per step of k, then C = or + the chains;
+// and the driver's VW × VW transpose of a tile. Its includer
+// (gemm_fma_avx512.c, gemm_fma_avx2.c) defines first:
 //   FMA_TARGET        the functions' target attribute
 //   MR, NR            rows, and columns (two vectors)
 //   VEC               the vector type, VW its floats
 //   VZERO() VLOAD(p) VLOADU(p) VSTOREU(p, v) VBCAST(p) VFMA(a, b, c) VADD(a, b)
-// and gets the static functions rows and cols for its eng_k_fma_isa.
+//   VTRANSPOSE(r)     VEC r[VW] transposed in registers (r[c] becomes column c)
+// and gets the static functions rows, cols and tile_t for its eng_k_fma_isa.
 
 // Row q, step k of op(A) is A[q·rs + k·ks]; the two callers fix one stride
 // to 1 so that each becomes its own loop.
@@ -41,4 +43,12 @@ FMA_TARGET static void rows(int kb, const float *A, size_t lda, const float *bp,
 
 FMA_TARGET static void cols(int kb, const float *A, size_t lda, const float *bp, float *C, size_t ldc, int add) {
   block(kb, A, 1, lda, bp, C, ldc, add);
+}
+
+// The driver's tile_t: VW rows of src in, their columns out.
+FMA_TARGET static void tile_t(float *dst, size_t ldd, const float *src, size_t lds) {
+  VEC r[VW];
+  for (int i = 0; i < VW; i++) r[i] = VLOADU(src + (size_t)i * lds);
+  VTRANSPOSE(r);
+  for (int i = 0; i < VW; i++) VSTOREU(dst + (size_t)i * ldd, r[i]);
 }
