@@ -96,6 +96,12 @@ static inline void td_arg(td *t, const char *arg) {
   snprintf(t->extra[t->n_extra++], sizeof t->extra[0], "%s", arg);
 }
 
+// One config key for the daemon's command line: --set KEY=VALUE.
+static inline void td_set(td *t, const char *key_value) {
+  td_arg(t, "--set");
+  td_arg(t, key_value);
+}
+
 static void *td_notify_reader(void *arg) {
   td *t = arg;
   char buf[1024];

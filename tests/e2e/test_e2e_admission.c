@@ -9,8 +9,7 @@
 int main(void) {
   td t;
   td_init(&t);
-  td_arg(&t, "--set");
-  td_arg(&t, "host_memory_bytes=64M");
+  td_set(&t, "host_memory_bytes=64M");
   td_start(&t);
   // ~25M parameters: ~200 MB of fp32 master, gradients and moments.
   const char *big = td_jobfile_model("big.yaml",

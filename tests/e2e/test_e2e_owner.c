@@ -59,10 +59,8 @@ int main(void) {
   snprintf(t.sock, sizeof t.sock, "%s/traind.sock", tmp_root);
   td_arg(&t, "--socket");
   td_arg(&t, t.sock);
-  td_arg(&t, "--set");
-  td_arg(&t, "socket_mode=0666");
-  td_arg(&t, "--set");
-  td_arg(&t, "admin_group=54330");
+  td_set(&t, "socket_mode=0666");
+  td_set(&t, "admin_group=54330");
   td_start(&t);
 
   const char *jf = td_jobfile("mine", 100000, 1000, "");

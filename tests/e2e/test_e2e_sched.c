@@ -44,8 +44,7 @@ static void wait_state(const char *id, int state, double timeout_s) {
 
 int main(void) {
   td_init(&t);
-  td_arg(&t, "--set");
-  td_arg(&t, "retention_jobs=5");
+  td_set(&t, "retention_jobs=5");
   td_start(&t);
   const char *lng = td_jobfile("long.yaml", 1000000, 25, NULL);
   const char *shrt = td_jobfile("short.yaml", 5, 5, NULL);

@@ -40,14 +40,11 @@ int main(void) {
   FILE *f = fopen(token, "w");
   fprintf(f, "%s\n", secret);
   fclose(f);
-  td_arg(&t, "--set");
-  td_arg(&t, "tcp=127.0.0.1:0");
+  td_set(&t, "tcp=127.0.0.1:0");
   snprintf(arg, sizeof arg, "tls_cert=%s", cert);
-  td_arg(&t, "--set");
-  td_arg(&t, arg);
+  td_set(&t, arg);
   snprintf(arg, sizeof arg, "tls_key=%s", key);
-  td_arg(&t, "--set");
-  td_arg(&t, arg);
+  td_set(&t, arg);
   CHECK(t.n_extra == 6, "arguments");
   // td_arg holds 8: the token file goes through the config file instead.
   f = fopen(t.conf, "w");

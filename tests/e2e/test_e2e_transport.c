@@ -141,8 +141,7 @@ static void takeover(void) {
 int main(void) {
   td_init(&t);
   t.nofile = 64;
-  td_arg(&t, "--set");
-  td_arg(&t, "max_connections=1000");
+  td_set(&t, "max_connections=1000");
   td_start(&t);
   serves("start");
   floods();
@@ -151,8 +150,7 @@ int main(void) {
   td_finish(&t);
 
   td_init(&t);
-  td_arg(&t, "--set");
-  td_arg(&t, "max_connections=4");
+  td_set(&t, "max_connections=4");
   td_start(&t);
   conn_limit();
   td_finish(&t);

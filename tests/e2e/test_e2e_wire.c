@@ -20,8 +20,7 @@ static int raw(const char *method, const uint8_t *bytes, size_t n, rpc_status *s
 
 int main(void) {
   td_init(&t);
-  td_arg(&t, "--set");
-  td_arg(&t, "max_queued_jobs=2");
+  td_set(&t, "max_queued_jobs=2");
   td_start(&t);
   const char *file = td_jobfile("long.yaml", 1000000, 1000, NULL);
   char a[80];

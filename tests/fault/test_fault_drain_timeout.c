@@ -10,8 +10,7 @@
 int main(void) {
   td t;
   td_init(&t);
-  td_arg(&t, "--set");
-  td_arg(&t, "drain_timeout_s=1");
+  td_set(&t, "drain_timeout_s=1");
   td_start(&t);
   char a[80], line[160];
   snprintf(a, sizeof a, "%s", td_submit(&t, td_jobfile("plan.yaml", 40, 20, NULL), "--set device.plan=true"));
