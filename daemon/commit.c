@@ -1,5 +1,7 @@
+#define _GNU_SOURCE // pthread_setname_np
 #include "commit.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +100,7 @@ static int round_write(store *st, op **ops, eng_err *e) {
 // queued is dropped and nothing waiting for it runs before it is durable.
 static void sync_thread(void *arg) {
   commit *c = arg;
+  pthread_setname_np(pthread_self(), "traind-commit");
   uint64_t backoff_ms = 0;
   uv_mutex_lock(&c->mu);
   for (;;) {

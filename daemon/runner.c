@@ -1,5 +1,7 @@
+#define _GNU_SOURCE // pthread_setname_np
 #include "runner.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +164,7 @@ static void run_job(runner *r) {
 
 static void thread_main(void *arg) {
   runner *r = arg;
+  pthread_setname_np(pthread_self(), "traind-run");
   for (;;) {
     uv_mutex_lock(&r->lock);
     while (!r->has_work && !r->quit) uv_cond_wait(&r->cond, &r->lock);

@@ -1,5 +1,7 @@
+#define _GNU_SOURCE // pthread_setname_np
 #include "server.h"
 
+#include <pthread.h>
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_posix.h>
@@ -77,6 +79,7 @@ static void call_arm(srv *s);
 
 static void cq_thread(void *arg) {
   srv *s = arg;
+  pthread_setname_np(pthread_self(), "traind-cq");
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;

@@ -1,9 +1,12 @@
+#define _GNU_SOURCE // pthread_setname_np
 #include "common/worker.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 static void *worker_main(void *p) {
   eng_worker *w = p;
+  pthread_setname_np(pthread_self(), "traind-worker");
   pthread_mutex_lock(&w->mu);
   for (;;) {
     while (!w->stop && w->done == w->submitted) pthread_cond_wait(&w->cv, &w->mu);
