@@ -112,6 +112,7 @@ static eng_exec_policy spec_policy(const eng_spec *s) {
                            .opt_thread = s->opt_thread,
                            .place = s->plan_place,
                            .keep = s->plan_keep,
+                           .plan = s->plan,
                            .cuda = s->device_gpu >= 0,
                            .grad_bf16 = s->grad_dtype == ENG_GRAD_BF16};
 }

@@ -14,6 +14,7 @@
 #include "common/err.h"
 #include "common/fs_open.h"
 #include "model/config.h"
+#include "plan/plan.h"
 #include "store.h"
 
 // ADAMW8 (the default): block-wise 8-bit moments (optim/adamw8.h) for every
@@ -108,6 +109,10 @@ typedef struct eng_spec {
   // arrays are read by eng_open and eng_spec_device_bytes only.
   const eng_place *plan_place;
   const uint8_t *plan_keep;
+  // A plan (plan/plan.h) instead: its placement and its transfers, which the
+  // executor performs window by window; read by eng_open and
+  // eng_spec_device_bytes only. micro_batches must be the plan's n_micro.
+  const eng_plan *plan;
   int opt_thread;         // run updates on the optimizer thread beside compute, as with a
                           // GPU (the cpu backend otherwise runs them inline, where the
                           // next forward first needs each shard, since compute owns the cores)

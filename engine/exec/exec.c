@@ -16,37 +16,34 @@
 
 static int is_ckpt(const eng_exec *x, int l) { return x->place[l] != ENG_PLACE_NONE; }
 
-// The policy as per-boundary places and per-layer keep flags: a plan's, or
-// the uniform policy's. Refuses what cannot run.
-static int policy_resolve(const eng_config *c, const eng_exec_policy *p, eng_place *place, uint8_t *keep,
-                          eng_err *e) {
+// The policy as the step's schedule (exec_sched.h): a plan's, the caller's
+// arrays, or the uniform policy's. Refuses what cannot run.
+static int policy_sched(const eng_config *c, const eng_exec_policy *p, size_t bnd_bytes, exec_sched *s, eng_err *e) {
   const int L = c->n_layers;
-  for (int l = 0; l < L; l++) {
+  const eng_plan *pl = p->plan;
+  if (pl && (pl->batch != p->batch || pl->seq_len != p->seq_len || pl->n_micro != p->micro_batches))
+    return eng_err_set(e, ENG_EINVAL, "plan: made for batch %d x %d in %d micro-batches; the run has %d x %d in %d",
+                       pl->batch, pl->seq_len, pl->n_micro, p->batch, p->seq_len, p->micro_batches);
+  eng_place place[L];
+  uint8_t keep[L];
+  for (int l = 0; l < L && !p->plan; l++) {
     place[l] = p->place ? p->place[l]
                : l == 0 || (p->ckpt_every > 0 && l % p->ckpt_every == 0) ? p->ckpt_place
                                                                          : ENG_PLACE_NONE;
     keep[l] = p->keep ? p->keep[l] != 0 : p->keep_acts != 0;
     if (place[l] < ENG_PLACE_DEVICE || place[l] > ENG_PLACE_NONE)
       return eng_err_set(e, ENG_EINVAL, "policy: boundary %d has an unknown place %d", l, place[l]);
-    if (place[l] == ENG_PLACE_STORE && (!p->spill || !p->spill->act_put || !p->spill->act_get || !p->spill->act_drop))
+  }
+  int rc = p->plan ? exec_sched_build(s, L, bnd_bytes, NULL, NULL, p->plan, e)
+                   : exec_sched_build(s, L, bnd_bytes, place, keep, NULL, e);
+  if (rc) return rc;
+  for (int l = 0; l < L; l++)
+    if (s->place[l] == ENG_PLACE_STORE && (!p->spill || !p->spill->act_put || !p->spill->act_get || !p->spill->act_drop)) {
+      exec_sched_free(s);
       return eng_err_set(e, ENG_EINVAL, "policy: boundary %d goes to the store, but there is no spill store with "
                          "activation entries", l);
-  }
-  if (place[0] == ENG_PLACE_NONE)
-    return eng_err_set(e, ENG_EINVAL, "policy: boundary 0 must be kept (the backward recomputes from it)");
-  return 0;
-}
-
-// Longest run of layers between kept boundaries: the block a backward
-// recomputes at once.
-static int block_len_max(const eng_place *place, int L) {
-  int best = 0, start = 0;
-  for (int l = 1; l <= L; l++)
-    if (l == L || place[l] != ENG_PLACE_NONE) {
-      if (l - start > best) best = l - start;
-      start = l;
     }
-  return best;
+  return 0;
 }
 
 // ---- arena plan --------------------------------------------------------------
@@ -88,7 +85,11 @@ static int kept_layers(const eng_exec *x, int L) {
 
 // Some layer recomputes its inside (in the backward or for a block's inner
 // boundaries): the shared workspace exists.
-static int has_workspace(const eng_exec *x, int L) { return kept_layers(x, L) < L || x->n_rc > 0; }
+static int has_workspace(const eng_exec *x, int L) {
+  for (int l = 0; l < L; l++)
+    if (!x->keep[l] || x->place[l] == ENG_PLACE_NONE) return 1;
+  return 0;
+}
 
 static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy *p, carve *cv) {
   eng_layout lo;
@@ -97,18 +98,12 @@ static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy
   const exec_sizes *z = &x->z;
   size_t slot = exec_slot_values(&lo);
   size_t mbn = (size_t)mb * T;
-  x->bnd_bytes = (size_t)p->batch * T * c->d_model * z->act;
   cv->align = z->align;
   for (int i = 0; i < 2; i++) x->wslot[i] = take(cv, slot * z->weight);
   for (int i = 0; i < 2; i++) x->gslot[i] = take(cv, slot * sizeof(float));
   x->xa = take(cv, x->bnd_bytes);
   x->xb = take(cv, x->bnd_bytes);
-  int staged = 0;
-  for (int l = 0; l < L; l++) staged |= x->place[l] == ENG_PLACE_HOST || x->place[l] == ENG_PLACE_STORE;
-  x->xc = staged ? take(cv, x->bnd_bytes) : NULL;
-  for (int l = 0; l < L; l++) x->ckpt[l] = x->place[l] == ENG_PLACE_DEVICE ? take(cv, x->bnd_bytes) : NULL;
-  x->n_rc = block_len_max(x->place, L) - 1;
-  for (int j = 0; j < x->n_rc; j++) x->rc[j] = take(cv, x->bnd_bytes);
+  for (int k = 0; k < x->win.n_pool; k++) x->pool[k] = take(cv, x->bnd_bytes);
   // Workspace for the layers that recompute, and the kept activations.
   size_t regions = (size_t)has_workspace(x, L) + (size_t)kept_layers(x, L) * p->micro_batches;
   x->acts_buf = take(cv, z->acts * regions);
@@ -121,28 +116,32 @@ static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy
   x->own = z->own ? take(cv, z->own) : NULL;
 }
 
+// One boundary of the whole batch on this backend.
+static size_t bnd_bytes_of(const eng_config *c, const eng_exec_policy *p, const exec_sizes *z) {
+  return (size_t)p->batch * p->seq_len * c->d_model * z->act;
+}
+
 int eng_exec_tiers_of(const eng_config *c, const eng_exec_policy *p, eng_exec_tiers *t, eng_err *e) {
   const int L = c->n_layers;
   eng_exec tmp;
-  void *ck[L + 1], *rc[L + 1];
-  eng_place place[L];
-  uint8_t keep[L];
   memset(&tmp, 0, sizeof tmp);
-  int rc_ = policy_resolve(c, p, place, keep, e);
-  if (rc_) return rc_;
-  if ((rc_ = ops_for(p, &tmp.ops, e)) || (rc_ = tmp.ops->sizes(c, p, &tmp.z, e))) return rc_;
-  tmp.ckpt = ck;
-  tmp.rc = rc;
-  tmp.place = place;
-  tmp.keep = keep;
+  int rc;
+  if ((rc = ops_for(p, &tmp.ops, e)) || (rc = tmp.ops->sizes(c, p, &tmp.z, e))) return rc;
+  tmp.bnd_bytes = bnd_bytes_of(c, p, &tmp.z);
+  if ((rc = policy_sched(c, p, tmp.bnd_bytes, &tmp.win, e))) return rc;
+  void *pool[tmp.win.n_pool + 1];
+  tmp.pool = pool;
+  tmp.place = tmp.win.place;
+  tmp.keep = tmp.win.keep;
   carve cv = {NULL, 0, 0};
   layout_arena(&tmp, c, p, &cv);
   memset(t, 0, sizeof *t);
   t->device = cv.bytes;
   for (int l = 0; l < L; l++) {
-    if (place[l] == ENG_PLACE_HOST) t->host += tmp.bnd_bytes;
-    if (place[l] == ENG_PLACE_STORE) t->store += tmp.bnd_bytes;
+    if (tmp.place[l] == ENG_PLACE_HOST) t->host += tmp.bnd_bytes;
+    if (tmp.place[l] == ENG_PLACE_STORE) t->store += tmp.bnd_bytes;
   }
+  exec_sched_free(&tmp.win);
   return 0;
 }
 
@@ -378,22 +377,28 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->mb = p->batch / p->micro_batches;
   ops_for(p, &x->ops, e); // both accepted by eng_exec_tiers_of
   x->ops->sizes(c, p, &x->z, e);
-  x->place = calloc((size_t)x->L, sizeof *x->place);
-  x->keep = calloc((size_t)x->L, sizeof *x->keep);
-  x->ckpt = calloc((size_t)x->L, sizeof *x->ckpt);
+  x->bnd_bytes = bnd_bytes_of(c, p, &x->z);
+  if ((rc = policy_sched(c, p, x->bnd_bytes, &x->win, e))) { // accepted above: only ENOMEM is left
+    free(x);
+    return rc;
+  }
+  x->place = x->win.place;
+  x->keep = x->win.keep;
+  x->pool = calloc((size_t)x->win.n_pool + 1, sizeof *x->pool);
+  x->ljobs = calloc((size_t)x->win.n_xfer + 1, sizeof *x->ljobs);
+  x->pieces = calloc((size_t)x->win.n_piece + 1, sizeof *x->pieces);
   x->ckpt_host = calloc((size_t)x->L, sizeof *x->ckpt_host);
-  x->rc = calloc((size_t)x->L + 1, sizeof *x->rc);
   x->version = calloc((size_t)m->lo.n_shards, sizeof *x->version);
   x->sumsq = calloc((size_t)m->lo.n_shards, sizeof *x->sumsq);
   x->opt_jobs = calloc(2 * (size_t)m->lo.n_shards, sizeof *x->opt_jobs);
   x->targets = malloc(sizeof(int32_t) * (size_t)p->batch * p->seq_len);
   x->acts_at = calloc(1 + (size_t)x->L * p->micro_batches, sizeof *x->acts_at);
-  if (!x->place || !x->keep || !x->ckpt || !x->ckpt_host || !x->rc || !x->version || !x->sumsq ||
-      !x->opt_jobs || !x->targets || !x->acts_at) {
+  pthread_mutex_init(&x->lane_mu, NULL);
+  if (!x->pool || !x->ljobs || !x->pieces || !x->ckpt_host || !x->version || !x->sumsq || !x->opt_jobs ||
+      !x->targets || !x->acts_at) {
     eng_exec_close(x);
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's tables");
   }
-  policy_resolve(c, p, x->place, x->keep, e); // accepted above
   for (int l = 0; l < x->L; l++) x->spills |= x->place[l] == ENG_PLACE_STORE;
   carve cv = {dev, 0, 0};
   layout_arena(x, c, p, &cv);
@@ -413,7 +418,9 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   pthread_mutex_init(&x->vmu, NULL);
   pthread_cond_init(&x->vcv, NULL);
   x->inline_opt = dev->host_compute && !p->opt_thread;
-  if (eng_worker_start(&x->copy_in, 4) || eng_worker_start(&x->copy_out, 4) ||
+  int lanes_ok = 1;
+  for (int k = 0; k < ENG_LANE_COUNT; k++) lanes_ok &= eng_worker_start(&x->lane[k], 64) == 0;
+  if (!lanes_ok || eng_worker_start(&x->copy_in, 4) || eng_worker_start(&x->copy_out, 4) ||
       (!x->inline_opt && eng_worker_start(&x->optim, (uint32_t)m->lo.n_shards + 1))) {
     eng_exec_close(x);
     return eng_err_set(e, ENG_ENOMEM, "cannot start the executor's stream threads");
@@ -427,6 +434,7 @@ void eng_exec_close(eng_exec *x) {
   eng_worker_stop(&x->copy_in);
   eng_worker_stop(&x->copy_out);
   eng_worker_stop(&x->optim);
+  for (int k = 0; k < ENG_LANE_COUNT; k++) eng_worker_stop(&x->lane[k]);
   if (x->version) {
     pthread_mutex_destroy(&x->vmu);
     pthread_cond_destroy(&x->vcv);
@@ -436,10 +444,11 @@ void eng_exec_close(eng_exec *x) {
       if (x->ckpt_host[l]) x->ops->host_free(x->ckpt_host[l]);
   if (x->ops) x->ops->close(x);
   free(x->ckpt_host);
-  free(x->place);
-  free(x->keep);
-  free(x->ckpt);
-  free(x->rc);
+  free(x->pool);
+  free(x->ljobs);
+  free(x->pieces);
+  exec_sched_free(&x->win);
+  pthread_mutex_destroy(&x->lane_mu);
   free(x->version);
   free(x->sumsq);
   free(x->opt_jobs);
@@ -477,45 +486,121 @@ static void build_schedule(eng_exec *x, int backward) {
   x->n_sched = n;
 }
 
-// Puts boundary l (input of layer l, whole batch) where the policy keeps it.
-static int ckpt_store(eng_exec *x, int l, const void *src, eng_exec_result *res, eng_err *e) {
-  size_t bytes = x->bnd_bytes;
-  switch (x->place[l]) {
-  case ENG_PLACE_DEVICE: return x->ops->copy(x, x->ckpt[l], src, bytes, e);
-  case ENG_PLACE_HOST:
-    x->dev->ops->copy_out(x->dev, x->ckpt_host[l], src, bytes);
-    res->host_act += bytes;
-    return 0;
-  case ENG_PLACE_STORE: break;
-  case ENG_PLACE_NONE: return 0;
+// ---- activation lanes: the plan's transfers, window by window -------------------
+
+static void lane_fail(eng_exec *x, int rc, const eng_err *e) {
+  pthread_mutex_lock(&x->lane_mu);
+  if (!x->lane_rc) {
+    x->lane_rc = rc;
+    x->lane_err = *e;
   }
-  // The store reads host memory: the cpu arena in place, else through the stage.
-  if (x->stage) {
-    x->dev->ops->copy_out(x->dev, x->stage, src, bytes);
-    src = x->stage;
-  } else {
-    atomic_fetch_add(&x->dev->bytes_out, bytes);
-  }
-  res->store_act += bytes;
-  return x->p.spill->act_put(x->p.spill->ctx, x->runs, l, 0, src, bytes, e);
+  pthread_mutex_unlock(&x->lane_mu);
 }
 
-static int ckpt_fetch(eng_exec *x, int l, const void **out, eng_err *e) {
-  size_t bytes = x->bnd_bytes;
-  *out = x->xc;
-  switch (x->place[l]) {
-  case ENG_PLACE_DEVICE: *out = x->ckpt[l]; return 0;
-  case ENG_PLACE_HOST: x->dev->ops->copy_in(x->dev, x->xc, x->ckpt_host[l], bytes); return 0;
-  case ENG_PLACE_STORE: break;
-  case ENG_PLACE_NONE: return eng_err_set(e, ENG_ESTATE, "boundary %d was not kept", l); // a schedule bug
+// One transfer on its lane's worker. A lane waits for the piece's previous
+// lane in the chain copy-out, write, read, copy-in when that one ran in the
+// same window; store pieces stage in host memory from their copy-out to
+// their write and from their read to their copy-in.
+static void lane_run(void *arg) {
+  lane_job *j = arg;
+  eng_exec *x = j->x;
+  const exec_piece *pc = &x->win.piece[j->t->piece];
+  piece_state *ps = &x->pieces[j->t->piece];
+  const eng_store *st = x->p.spill;
+  const int store = x->place[pc->bnd] == ENG_PLACE_STORE;
+  eng_err e = {0};
+  int rc = 0;
+  omp_set_num_threads(1); // beside compute: no OpenMP team of its own
+  switch (j->t->lane) {
+  case ENG_LANE_D2H:
+    if (!store) {
+      x->dev->ops->copy_out(x->dev, (char *)x->ckpt_host[pc->bnd] + pc->off, j->dev, pc->n);
+    } else if (!(rc = x->ops->host_alloc(x, &ps->staging, pc->n, &e))) {
+      x->dev->ops->copy_out(x->dev, ps->staging, j->dev, pc->n);
+    }
+    break;
+  case ENG_LANE_NVME_W:
+    eng_worker_wait(&x->lane[ENG_LANE_D2H], ps->ticket[ENG_LANE_D2H]);
+    if (ps->staging) {
+      rc = st->act_put(st->ctx, x->runs, pc->bnd, j->t->piece, ps->staging, pc->n, &e);
+      x->ops->host_free(ps->staging);
+      ps->staging = NULL;
+    }
+    break;
+  case ENG_LANE_NVME_R:
+    if (!(rc = x->ops->host_alloc(x, &ps->staging, pc->n, &e)))
+      rc = st->act_get(st->ctx, x->runs, pc->bnd, j->t->piece, ps->staging, pc->n, &e);
+    break;
+  case ENG_LANE_H2D:
+    if (!store) {
+      x->dev->ops->copy_in(x->dev, j->dev, (const char *)x->ckpt_host[pc->bnd] + pc->off, pc->n);
+      break;
+    }
+    eng_worker_wait(&x->lane[ENG_LANE_NVME_R], ps->ticket[ENG_LANE_NVME_R]);
+    if (ps->staging) {
+      x->dev->ops->copy_in(x->dev, j->dev, ps->staging, pc->n);
+      x->ops->host_free(ps->staging);
+      ps->staging = NULL;
+    }
+    break;
+  default: break;
   }
-  if (!x->stage) {
-    atomic_fetch_add(&x->dev->bytes_in, bytes);
-    return x->p.spill->act_get(x->p.spill->ctx, x->runs, l, 0, x->xc, bytes, e);
+  if (rc) {
+    eng_err_prefix(&e, "boundary %d bytes %zu..%zu on %s: ", pc->bnd, pc->off, pc->off + pc->n,
+                   eng_lane_name(j->t->lane));
+    lane_fail(x, rc, &e);
   }
-  int rc = x->p.spill->act_get(x->p.spill->ctx, x->runs, l, 0, x->stage, bytes, e);
-  if (!rc) x->dev->ops->copy_in(x->dev, x->xc, x->stage, bytes);
-  return rc;
+}
+
+// Where boundary i's own buffer is in window w of the forward: the working
+// buffer in its own window, else its pool buffer.
+static char *bnd_src(const eng_exec *x, int i, int w, void *cur) {
+  return w == i ? cur : x->pool[x->win.own[i]];
+}
+
+// Window w starts: a boundary the device keeps is copied from the working
+// buffer (cur, in F_w) into its own, then the window's transfers go to
+// their lanes, each bound to the arena bytes it moves.
+static int win_begin(eng_exec *x, int w, void *cur, eng_exec_result *res, eng_err *e) {
+  const exec_sched *sc = &x->win;
+  if (w < x->L && x->place[w] == ENG_PLACE_DEVICE) {
+    int rc = x->ops->copy(x, x->pool[sc->own[w]], cur, x->bnd_bytes, e);
+    if (rc) return rc;
+  }
+  for (int k = sc->win_at[w]; k < sc->win_at[w + 1]; k++) {
+    const exec_xfer *t = &sc->xfer[k];
+    const exec_piece *pc = &sc->piece[t->piece];
+    lane_job *j = &x->ljobs[k];
+    *j = (lane_job){x, t, NULL};
+    if (t->lane == ENG_LANE_D2H) {
+      j->dev = bnd_src(x, pc->bnd, w, cur) + pc->off;
+      if (x->place[pc->bnd] == ENG_PLACE_STORE) res->store_act += pc->n;
+      else res->host_act += pc->n;
+    } else if (t->lane == ENG_LANE_H2D) {
+      j->dev = (char *)x->pool[sc->back[pc->bnd]] + pc->off;
+    }
+    x->pieces[t->piece].ticket[t->lane] = eng_worker_submit(&x->lane[t->lane], lane_run, j);
+  }
+  return 0;
+}
+
+// Window w ends when its transfers have: then a boundary whose copy-out
+// runs on after F_w leaves the working buffer (cur) for its own.
+static int win_end(eng_exec *x, int w, void *cur, eng_err *e) {
+  for (int k = 0; k < ENG_LANE_COUNT; k++) eng_worker_drain(&x->lane[k]);
+  if (x->lane_rc) {
+    *e = x->lane_err;
+    return x->lane_rc;
+  }
+  if (w < x->L && x->place[w] != ENG_PLACE_NONE && x->place[w] != ENG_PLACE_DEVICE && x->win.own[w] >= 0)
+    return x->ops->copy(x, x->pool[x->win.own[w]], cur, x->bnd_bytes, e);
+  return 0;
+}
+
+// The block start's buffer for the backward: its own (on the device), or
+// the one its copy-in filled.
+static const void *ckpt_at(const eng_exec *x, int l) {
+  return x->pool[x->place[l] == ENG_PLACE_DEVICE ? x->win.own[l] : x->win.back[l]];
 }
 
 // Waits for the step's pending copies before an early return.
@@ -524,6 +609,12 @@ static int abort_step(eng_exec *x, int rc, eng_err *e) {
   for (int s = 0; s < x->m->lo.n_shards; s++) shard_ensure(x, s);
   eng_worker_drain(&x->copy_in);
   eng_worker_drain(&x->copy_out);
+  for (int k = 0; k < ENG_LANE_COUNT; k++) eng_worker_drain(&x->lane[k]);
+  for (int q = 0; q < x->win.n_piece; q++)
+    if (x->pieces[q].staging) {
+      x->ops->host_free(x->pieces[q].staging);
+      x->pieces[q].staging = NULL;
+    }
   x->ops->abort(x);
   armed_finish(x, 0);
   x->n_sched = 0;
@@ -562,6 +653,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
 
   build_schedule(x, backward);
   if (backward) x->runs++;
+  x->lane_rc = 0;
   sched_begin(x);
   double t0 = eng_now();
 
@@ -573,11 +665,12 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   void *cur = x->xa, *nxt = x->xb;
   for (int l = 0; l < L; l++) {
     if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
-    if (is_ckpt(x, l) && backward) STEP_TRY(ckpt_store(x, l, cur, res, e));
+    if (backward) STEP_TRY(win_begin(x, exec_win_fwd(l), cur, res, e));
     const void *w = sched_acquire(x, l + 1, &res->t_wait);
     for (int i = 0; i < nmb; i++)
       STEP_TRY(x->ops->layer_fwd(x, w, mbrow(x, cur, i), mbrow(x, nxt, i), exec_acts_index(x, l, i), e));
     sched_release(x);
+    if (backward) STEP_TRY(win_end(x, exec_win_fwd(l), cur, e));
     void *t = cur;
     cur = nxt;
     nxt = t;
@@ -588,6 +681,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   // Loss fused with the head, micro-batch by micro-batch; dx of the last
   // boundary lands in nxt, which becomes dy of the backward.
   if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
+  if (backward) STEP_TRY(win_begin(x, L, cur, res, e));
   const void *hw = sched_acquire(x, head, &res->t_wait);
   float *hg = NULL;
   if (backward) {
@@ -606,6 +700,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
     return 0;
   }
   STEP_TRY(gslot_end(x, 0, head, e));
+  STEP_TRY(win_end(x, L, cur, e));
 
   // Backward, block by block from the end.
   void *dy = nxt, *dx = cur;
@@ -614,23 +709,28 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   while (e_ > 0) {
     int cb = e_ - 1;
     while (!is_ckpt(x, cb)) cb--;
-    const void *xin0;
-    STEP_TRY(ckpt_fetch(x, cb, &xin0, e));
+    // B_{e-1}'s window starts with the block's recompute from its start,
+    // which the device kept or a copy-in of an earlier window brought back.
+    STEP_TRY(win_begin(x, exec_win_bwd(L, e_ - 1), NULL, res, e));
+    const void *xin0 = ckpt_at(x, cb);
+    void **pool = x->pool;
+    const int *rcb = x->win.rc;
     // Recompute the block's inner boundaries x_{cb+1} .. x_{e-1}.
     for (int l = cb; l <= e_ - 2; l++) {
       if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
       const void *w = sched_acquire(x, l + 1, &res->t_wait);
-      const void *in = l == cb ? xin0 : x->rc[l - cb - 1];
+      const void *in = l == cb ? xin0 : pool[rcb[l]];
       for (int i = 0; i < nmb; i++)
-        STEP_TRY(x->ops->layer_fwd(x, w, mbrow(x, in, i), mbrow(x, x->rc[l - cb], i), 0, e));
+        STEP_TRY(x->ops->layer_fwd(x, w, mbrow(x, in, i), mbrow(x, pool[rcb[l + 1]], i), 0, e));
       sched_release(x);
     }
     for (int l = e_ - 1; l >= cb; l--) {
       if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
+      if (l < e_ - 1) STEP_TRY(win_begin(x, exec_win_bwd(L, l), NULL, res, e));
       const void *w = sched_acquire(x, l + 1, &res->t_wait);
       STEP_TRY(gslot_begin(x, gi, lo->layer_numel, &res->t_wait, e));
       float *g = x->gslot[gi & 1];
-      const void *in = l == cb ? xin0 : x->rc[l - cb - 1];
+      const void *in = l == cb ? xin0 : pool[rcb[l]];
       for (int i = 0; i < nmb; i++) {
         const void *xi = mbrow(x, in, i);
         int a = exec_acts_index(x, l, i);
@@ -639,6 +739,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
       }
       sched_release(x);
       STEP_TRY(gslot_end(x, gi++, l + 1, e));
+      STEP_TRY(win_end(x, exec_win_bwd(L, l), NULL, e));
       void *t = dy;
       dy = dx;
       dx = t;

@@ -1,13 +1,17 @@
 // The layer-streaming executor (DESIGN §2). It owns the device arena layout
-// of a run: two weight slots, two gradient slots, the boundary activations
-// of the whole batch, the checkpoints the policy keeps, the recompute buffers
-// and one micro-batch of workspace. Weights stream in on the copy-in worker
-// while compute runs; gradients stream out on the copy-out worker with their
-// squared norms; updates run per shard on the optimizer worker, and the next
-// step's copy of shard s waits only for shard s's update. The control flow
-// is the same on every backend; how a backend computes (the cpu kernels in
-// fp32, or the cuda kernels with bf16 storage) is in exec_cpu.c and
-// exec_cuda.c behind the table of exec_impl.h.
+// of a run: two weight slots, two gradient slots, the two working boundary
+// activations of the whole batch, a pool of boundary buffers for the
+// checkpoints, the boundaries in transit and the recompute (exec_sched.h),
+// the kept inner activations and one micro-batch of workspace. Weights
+// stream in on the copy-in worker while compute runs; gradients stream out
+// on the copy-out worker with their squared norms; updates run per shard on
+// the optimizer worker, and the next step's copy of shard s waits only for
+// shard s's update. Activations move on four lanes (plan.h: copy-out, store
+// write, store read, copy-in), each a worker: a window issues its transfers
+// as it starts and ends when they have landed. The control flow is the same
+// on every backend; how a backend computes (the cpu kernels in fp32, or the
+// cuda kernels with bf16 storage) is in exec_cpu.c and exec_cuda.c behind
+// the table of exec_impl.h.
 #ifndef ENG_EXEC_EXEC_H
 #define ENG_EXEC_EXEC_H
 
@@ -16,6 +20,7 @@
 #include "backend/backend.h"
 #include "engine.h"
 #include "model/model.h"
+#include "plan/plan.h"
 
 typedef struct eng_exec_policy {
   int batch, seq_len, micro_batches;
@@ -28,12 +33,17 @@ typedef struct eng_exec_policy {
                     // device, so the backward does not recompute them
   int opt_thread;   // updates on the optimizer thread beside compute (as with a GPU),
                     // even when the device computes on the host cores
-  // A plan (engine/plan) instead: per boundary l (the input of layer l,
-  // 0 <= l < L) where it lives, ENG_PLACE_NONE where the backward recomputes
-  // it from the nearest kept boundary before it (boundary 0 must be kept);
-  // per layer whether it keeps its inner activations. NULL: the uniform policy.
+  // Per boundary l (the input of layer l, 0 <= l < L) where it lives,
+  // ENG_PLACE_NONE where the backward recomputes it from the nearest kept
+  // boundary before it (boundary 0 must be kept); per layer whether it keeps
+  // its inner activations. NULL: the uniform policy. Boundaries off the
+  // device move whole, as the uniform policy's do (exec_sched.h).
   const eng_place *place;
   const uint8_t *keep;
+  // A plan (plan/plan.h): its placement, and its transfers performed window
+  // by window on the activation lanes. Takes precedence over place / keep
+  // and the uniform policy. Need not outlive eng_exec_open.
+  const eng_plan *plan;
   // The device the arena is laid out for: the cpu backend computes in fp32
   // on host memory; the cuda backend (cuda != 0) streams bf16 weights, keeps
   // bf16 activations, accumulates weight gradients in fp32 and finishes them

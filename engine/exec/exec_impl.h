@@ -12,6 +12,7 @@
 
 #include "common/worker.h"
 #include "exec/exec.h"
+#include "exec/exec_sched.h"
 
 // One weight copy: shard `shard` into weight slot `slot`, once the shard's
 // update count reaches `need`. The head stage copies the final norm and the
@@ -27,6 +28,21 @@ typedef struct out_job {
   eng_exec *x;
   int shard, slot;
 } out_job;
+
+// One transfer of the schedule, with the arena address it reads or
+// writes, bound when its window is issued.
+typedef struct lane_job {
+  eng_exec *x;
+  const exec_xfer *t;
+  char *dev;            // the piece's bytes in the arena
+} lane_job;
+
+// A piece's progress in this run: the ticket of each lane's transfer (for
+// the next lane of the chain to wait on) and its host staging (store pieces).
+typedef struct piece_state {
+  uint64_t ticket[ENG_LANE_COUNT];
+  void *staging;
+} piece_state;
 
 typedef struct opt_job {
   eng_exec *x;
@@ -63,13 +79,11 @@ struct eng_exec {
   void *wslot[2];       // weights as streamed (z.weight bytes per value)
   float *gslot[2];      // weight gradients, accumulated in fp32 on every backend
   void *xa, *xb;        // forward: current / next boundary; backward: dy / dx
-  eng_place *place;     // [L] where each boundary lives (ENG_PLACE_NONE: recomputed)
-  uint8_t *keep;        // [L] layers that keep their inner activations
+  exec_sched win;       // the step's windows, transfers and boundary buffers
+  eng_place *place;     // [L] where each boundary lives (win.place)
+  uint8_t *keep;        // [L] layers that keep their inner activations (win.keep)
   int spills;           // some boundary goes to the store
-  void *xc;             // staging for a checkpoint kept in host memory or the store
-  void **ckpt;          // [L] boundary checkpoints on the device (NULL elsewhere)
-  void **rc;            // recompute buffers for the boundaries inside a block
-  int n_rc;
+  void **pool;          // [win.n_pool] boundary-sized buffers (exec_sched.h)
   void *acts_buf;       // the workspace's activations, then every kept layer's
   void **acts_at;       // [1 + L * micro_batches] by exec_acts_index: where each one's
                         // activations live (NULL: not used by this policy)
@@ -80,12 +94,17 @@ struct eng_exec {
   void *own;            // the backend's own buffers (z.own bytes)
   int32_t *targets;     // [B*T] shifted labels (host)
   void **ckpt_host;     // [L] host copies of the boundaries placed in host memory
-  void *stage;          // host memory a boundary passes through to or from the store
-                        // when the arena is not host memory (cuda); NULL on the cpu
+  void *stage;          // the cuda backend's host rows (token ids in, dX of boundary 0 out)
   int64_t runs;         // backward passes started: the spill store's step key
 
   // streams
   eng_worker copy_in, copy_out, optim;
+  eng_worker lane[ENG_LANE_COUNT]; // the activation lanes (plan.h): their transfers
+  lane_job *ljobs;      // [win.n_xfer] this run's transfers, issued window by window
+  piece_state *pieces;  // [win.n_piece]
+  pthread_mutex_t lane_mu;
+  int lane_rc;          // the first failure of a lane in this run, and its message
+  eng_err lane_err;
   copy_job cjobs[2];
   uint64_t cticket[2];  // copy-in ticket of what each slot holds (or will)
   out_job ojobs[2];

@@ -1,8 +1,6 @@
-// A plan (plan/plan.h) as the executor's policy: where each boundary lives
-// and which layers keep their inner activations. The executor keeps every
-// buffer the plan places on the device for the whole step and moves host and
-// store boundaries on the compute thread; the plan's transfer windows are
-// the order a device with copy streams overlaps them in.
+// A plan (plan/plan.h) as per-boundary places and per-layer keep flags, for
+// callers that hold those arrays; eng_exec_policy.plan runs the plan itself,
+// transfers included.
 #ifndef ENG_EXEC_EXEC_PLAN_H
 #define ENG_EXEC_EXEC_PLAN_H
 
