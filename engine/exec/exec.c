@@ -34,15 +34,17 @@ static int policy_sched(const eng_config *c, const eng_exec_policy *p, size_t bn
     if (place[l] < ENG_PLACE_DEVICE || place[l] > ENG_PLACE_NONE)
       return eng_err_set(e, ENG_EINVAL, "policy: boundary %d has an unknown place %d", l, place[l]);
   }
-  int rc = p->plan ? exec_sched_build(s, L, bnd_bytes, NULL, NULL, p->plan, e)
-                   : exec_sched_build(s, L, bnd_bytes, place, keep, NULL, e);
-  if (rc) return rc;
-  for (int l = 0; l < L; l++)
-    if (s->place[l] == ENG_PLACE_STORE && (!p->spill || !p->spill->act_put || !p->spill->act_get || !p->spill->act_drop)) {
-      exec_sched_free(s);
+  return p->plan ? exec_sched_build(s, L, bnd_bytes, NULL, NULL, p->plan, e)
+                 : exec_sched_build(s, L, bnd_bytes, place, keep, NULL, e);
+}
+
+// A run that spills needs a store with activation entries (sizing does not).
+static int spill_ok(const eng_exec *x, eng_err *e) {
+  const eng_store *st = x->p.spill;
+  for (int l = 0; l < x->L; l++)
+    if (x->place[l] == ENG_PLACE_STORE && (!st || !st->act_put || !st->act_get || !st->act_drop))
       return eng_err_set(e, ENG_EINVAL, "policy: boundary %d goes to the store, but there is no spill store with "
                          "activation entries", l);
-    }
   return 0;
 }
 
@@ -76,6 +78,10 @@ static int ops_for(const eng_exec_policy *p, const exec_ops **ops, eng_err *e) {
 #endif
 }
 
+static int sizes_of(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e) {
+  return p->cuda ? eng_exec_cuda_sizes(c, p, z, e) : eng_exec_cpu_sizes(c, p, z, e);
+}
+
 // Layers that keep their inner activations.
 static int kept_layers(const eng_exec *x, int L) {
   int kept = 0;
@@ -83,13 +89,11 @@ static int kept_layers(const eng_exec *x, int L) {
   return kept;
 }
 
-// Some layer recomputes its inside (in the backward or for a block's inner
-// boundaries): the shared workspace exists.
-static int has_workspace(const eng_exec *x, int L) {
-  for (int l = 0; l < L; l++)
-    if (!x->keep[l] || x->place[l] == ENG_PLACE_NONE) return 1;
-  return 0;
-}
+// One micro-batch's layer activations, as laid out back to back: the
+// workspace (index 0, which every layer that recomputes shares, always
+// there so that the arena is linear in the kept layers), then each kept
+// layer's micro-batches.
+static size_t acts_stride(const exec_sizes *z) { return (z->acts + z->align - 1) & ~(z->align - 1); }
 
 static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy *p, carve *cv) {
   eng_layout lo;
@@ -105,8 +109,8 @@ static void layout_arena(eng_exec *x, const eng_config *c, const eng_exec_policy
   x->xb = take(cv, x->bnd_bytes);
   for (int k = 0; k < x->win.n_pool; k++) x->pool[k] = take(cv, x->bnd_bytes);
   // Workspace for the layers that recompute, and the kept activations.
-  size_t regions = (size_t)has_workspace(x, L) + (size_t)kept_layers(x, L) * p->micro_batches;
-  x->acts_buf = take(cv, z->acts * regions);
+  size_t regions = 1 + (size_t)kept_layers(x, L) * p->micro_batches;
+  x->acts_buf = take(cv, acts_stride(z) * regions);
   x->scratch_buf = take(cv, z->scratch);
   x->ybuf = take(cv, mbn * c->d_model * z->act);
   x->h_xn = take(cv, mbn * c->d_model * z->act);
@@ -121,12 +125,33 @@ static size_t bnd_bytes_of(const eng_config *c, const eng_exec_policy *p, const 
   return (size_t)p->batch * p->seq_len * c->d_model * z->act;
 }
 
+int eng_exec_arena_of(const eng_config *c, const eng_exec_policy *p, eng_exec_arena *a, eng_err *e) {
+  const int L = c->n_layers;
+  eng_exec tmp;
+  memset(&tmp, 0, sizeof tmp);
+  int rc = sizes_of(c, p, &tmp.z, e);
+  if (rc) return rc;
+  if (p->micro_batches < 1 || p->batch % p->micro_batches)
+    return eng_err_set(e, ENG_EINVAL, "spec: micro_batches (%d) must divide batch (%d)", p->micro_batches, p->batch);
+  uint8_t none[L];
+  memset(none, 0, sizeof none);
+  tmp.keep = none; // no kept layer, an empty pool: what every policy needs
+  tmp.bnd_bytes = bnd_bytes_of(c, p, &tmp.z);
+  carve cv = {NULL, 0, 0};
+  layout_arena(&tmp, c, p, &cv);
+  a->fixed = cv.bytes;
+  a->bnd = (tmp.bnd_bytes + tmp.z.align - 1) & ~(tmp.z.align - 1);
+  a->inner = acts_stride(&tmp.z) * (size_t)p->micro_batches;
+  a->bnd_bytes = tmp.bnd_bytes;
+  return 0;
+}
+
 int eng_exec_tiers_of(const eng_config *c, const eng_exec_policy *p, eng_exec_tiers *t, eng_err *e) {
   const int L = c->n_layers;
   eng_exec tmp;
   memset(&tmp, 0, sizeof tmp);
   int rc;
-  if ((rc = ops_for(p, &tmp.ops, e)) || (rc = tmp.ops->sizes(c, p, &tmp.z, e))) return rc;
+  if ((rc = sizes_of(c, p, &tmp.z, e))) return rc;
   tmp.bnd_bytes = bnd_bytes_of(c, p, &tmp.z);
   if ((rc = policy_sched(c, p, tmp.bnd_bytes, &tmp.win, e))) return rc;
   void *pool[tmp.win.n_pool + 1];
@@ -333,17 +358,15 @@ void eng_exec_quiesce(eng_exec *x) {
 
 // ---- open / close --------------------------------------------------------------
 
-// Splits acts_buf as layout_arena sized it: the workspace first (when some
-// layer recomputes), then each keeping layer's micro-batches in order.
+// Splits acts_buf as layout_arena sized it: the workspace first, then each
+// keeping layer's micro-batches in order.
 static void acts_regions(eng_exec *x) {
   char *ab = x->acts_buf;
-  if (has_workspace(x, x->L)) {
-    x->acts_at[0] = ab;
-    ab += x->z.acts;
-  }
+  const size_t stride = acts_stride(&x->z);
+  x->acts_at[0] = ab;
+  ab += stride;
   for (int l = 0; l < x->L; l++)
-    for (int i = 0; x->keep[l] && i < x->p.micro_batches; i++, ab += x->z.acts)
-      x->acts_at[exec_acts_index(x, l, i)] = ab;
+    for (int i = 0; x->keep[l] && i < x->p.micro_batches; i++, ab += stride) x->acts_at[exec_acts_index(x, l, i)] = ab;
 }
 
 int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_policy *p, eng_err *e) {
@@ -358,14 +381,9 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
     return eng_err_set(e, ENG_EINVAL, "model: the cuda backend streams bf16 working copies, and the model "
                        "holds none (eng_model_opts.work_bf16)");
   eng_exec_tiers tiers;
+  const exec_ops *ops;
   int rc = eng_exec_tiers_of(c, p, &tiers, e);
-  if (rc) return rc;
-  char what[160];
-  snprintf(what, sizeof what, "two layer slots, two gradient slots, the boundary buffers, the kept "
-           "activations and one micro-batch of %d", p->batch / p->micro_batches);
-  rc = eng_dev_reserve(dev, tiers.device, what, e);
-  if (rc) return rc;
-
+  if (rc || (rc = ops_for(p, &ops, e))) return rc;
   eng_exec *x = calloc(1, sizeof *x);
   if (!x) return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor");
   x->m = m;
@@ -375,8 +393,8 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->p.keep = NULL;
   x->L = c->n_layers;
   x->mb = p->batch / p->micro_batches;
-  ops_for(p, &x->ops, e); // both accepted by eng_exec_tiers_of
-  x->ops->sizes(c, p, &x->z, e);
+  x->ops = ops;
+  sizes_of(c, p, &x->z, e); // accepted by eng_exec_tiers_of
   x->bnd_bytes = bnd_bytes_of(c, p, &x->z);
   if ((rc = policy_sched(c, p, x->bnd_bytes, &x->win, e))) { // accepted above: only ENOMEM is left
     free(x);
@@ -384,6 +402,15 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   }
   x->place = x->win.place;
   x->keep = x->win.keep;
+  // Refused before anything is allocated: a missing spill store, a cap too small.
+  char what[160];
+  snprintf(what, sizeof what, "two layer slots, two gradient slots, the boundary buffers, the kept "
+           "activations and one micro-batch of %d", p->batch / p->micro_batches);
+  if ((rc = spill_ok(x, e)) || (rc = eng_dev_reserve(dev, tiers.device, what, e))) {
+    exec_sched_free(&x->win);
+    free(x);
+    return rc;
+  }
   x->pool = calloc((size_t)x->win.n_pool + 1, sizeof *x->pool);
   x->ljobs = calloc((size_t)x->win.n_xfer + 1, sizeof *x->ljobs);
   x->pieces = calloc((size_t)x->win.n_piece + 1, sizeof *x->pieces);

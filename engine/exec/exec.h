@@ -79,6 +79,20 @@ typedef struct eng_exec_tiers {
 // ENG_EINVAL naming the field for a policy that cannot run.
 int eng_exec_tiers_of(const eng_config *c, const eng_exec_policy *p, eng_exec_tiers *t, eng_err *e);
 
+// The arena as the planner counts it (DESIGN §3), for config c at policy
+// p's batch, sequence, micro-batches and backend: a run's arena is
+//   fixed + inner · (layers keeping their inner activations) + bnd · pool
+// where fixed is what every policy needs (weight and gradient slots, the
+// two working boundaries, one micro-batch of workspace, the head's buffers,
+// the backend's own), inner one kept layer's activations (every
+// micro-batch), bnd one buffer of the boundary pool and pool the most
+// boundary buffers alive in one window (exec_sched.h). bnd_bytes is one
+// boundary's bytes as they cross a link.
+typedef struct eng_exec_arena {
+  size_t fixed, inner, bnd, bnd_bytes;
+} eng_exec_arena;
+int eng_exec_arena_of(const eng_config *c, const eng_exec_policy *p, eng_exec_arena *a, eng_err *e);
+
 typedef struct eng_exec eng_exec;
 
 // Reserves the arena (refusing a cap that is too small) and starts workers.

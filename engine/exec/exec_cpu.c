@@ -16,7 +16,7 @@ typedef struct cpu_state {
   eng_layer_scratch scratch;
 } cpu_state;
 
-static int cpu_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e) {
+int eng_exec_cpu_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e) {
   (void)e;
   const int mb = p->batch / p->micro_batches, T = p->seq_len;
   *z = (exec_sizes){.align = 64,
@@ -172,7 +172,6 @@ static void cpu_abort(eng_exec *x) { (void)x; }
 
 const exec_ops eng_exec_cpu_ops = {
     .logits = 1,
-    .sizes = cpu_sizes,
     .open = cpu_open,
     .close = cpu_close,
     .host_alloc = cpu_host_alloc,

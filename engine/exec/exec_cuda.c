@@ -17,19 +17,14 @@
 //   copies, which wait for all compute queued before them.
 // - end waits for the GPU once per run, which surfaces the errors of kernels
 //   and copies (eng_dev_cuda_sync).
-#ifdef TRAIND_HAVE_CUDA
-
+// The sizes (eng_exec_cuda_sizes and the own region's layout) are built in
+// every build, so that the planner sizes a GPU's arena anywhere; the rest
+// only with CUDA.
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda.h"
-#include "common/bf16.h"
 #include "exec/exec_impl.h"
-#include "kernels/kernels.h"
-
-// Rows of dy of boundary 0 widened to fp32 at a time for the embedding's
-// host backward (about 1 MiB).
-#define EMBED_CHUNK_FLOATS ((size_t)1 << 18)
+#include "kernels/cuda/kernels_cuda.h"
 
 // The backend's own device buffers, one region after the shared ones.
 typedef struct cuda_own {
@@ -39,18 +34,6 @@ typedef struct cuda_own {
   double *loss;       // Σ cross-entropy of the run
   int32_t *targets;   // [B*T] the run's targets
 } cuda_own;
-
-typedef struct cuda_state {
-  eng_cuda_ctx *cx;
-  eng_cuda_stream st;            // the compute stream (cx's)
-  eng_cuda_layer_acts *acts;     // by exec_acts_index, bound where x->acts_at says
-  eng_cuda_layer_scratch scratch;
-  cuda_own own;
-  eng_cuda_mark wmark[2], gmark[2];
-  float *rows;                   // host: EMBED_CHUNK_FLOATS
-  int pinned;                    // host regions page-locked so far (pin_region order)
-  eng_err err;                   // first error of a call that cannot return one (slot marks)
-} cuda_state;
 
 typedef struct own_carve {
   char *base;
@@ -78,7 +61,7 @@ static size_t own_layout(cuda_own *o, char *base, const eng_config *c, const eng
   return cv.off;
 }
 
-static int cuda_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e) {
+int eng_exec_cuda_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e) {
   int rc = eng_cuda_check_config(c, e);
   if (rc) return rc;
   const int mb = p->batch / p->micro_batches, T = p->seq_len;
@@ -92,6 +75,28 @@ static int cuda_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes 
                     .own = own_layout(&sizing, NULL, c, p)};
   return 0;
 }
+
+#ifdef TRAIND_HAVE_CUDA
+
+#include "backend/cuda.h"
+#include "common/bf16.h"
+#include "kernels/kernels.h"
+
+// Rows of dy of boundary 0 widened to fp32 at a time for the embedding's
+// host backward (about 1 MiB).
+#define EMBED_CHUNK_FLOATS ((size_t)1 << 18)
+
+typedef struct cuda_state {
+  eng_cuda_ctx *cx;
+  eng_cuda_stream st;            // the compute stream (cx's)
+  eng_cuda_layer_acts *acts;     // by exec_acts_index, bound where x->acts_at says
+  eng_cuda_layer_scratch scratch;
+  cuda_own own;
+  eng_cuda_mark wmark[2], gmark[2];
+  float *rows;                   // host: EMBED_CHUNK_FLOATS
+  int pinned;                    // host regions page-locked so far (pin_region order)
+  eng_err err;                   // first error of a call that cannot return one (slot marks)
+} cuda_state;
 
 // Host region k of the model that crosses PCIe: shard k/2's working copy
 // (even k) or gradient store (odd k).
@@ -326,7 +331,6 @@ static void cuda_abort(eng_exec *x) {
 
 const exec_ops eng_exec_cuda_ops = {
     .logits = 0,
-    .sizes = cuda_sizes,
     .open = cuda_open,
     .close = cuda_close,
     .host_alloc = cuda_host_alloc,

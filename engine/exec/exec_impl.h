@@ -145,10 +145,6 @@ static inline int exec_acts_index(const eng_exec *x, int l, int i) {
 // thread (the caller of eng_exec_run) and returns 0 or an ENG_E* code.
 struct exec_ops {
   int logits; // can hand the logits back (eng_exec_run's logits argument)
-  // Buffer sizes for config c under policy p (micro-batches of
-  // p->batch / p->micro_batches sequences); ENG_ENOTSUP for a config the
-  // backend's kernels cannot run.
-  int (*sizes)(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e);
   // After the arena is carved: binds the activations of every acts index,
   // the scratch and the own region, and prepares the host side. close undoes
   // what open did, also after a failed or partial open.
@@ -189,6 +185,13 @@ struct exec_ops {
   int (*end)(eng_exec *x, eng_exec_result *res, int backward, eng_err *e);
   void (*abort)(eng_exec *x);
 };
+
+// Buffer sizes of each backend for config c under policy p (micro-batches
+// of p->batch / p->micro_batches sequences); ENG_ENOTSUP for a config the
+// backend's kernels cannot run. Both exist in every build, so that an arena
+// for a GPU is sized where there is none (the planner).
+int eng_exec_cpu_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e);
+int eng_exec_cuda_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e);
 
 extern const exec_ops eng_exec_cpu_ops;
 #ifdef TRAIND_HAVE_CUDA

@@ -190,26 +190,27 @@ static void add_span(double *v, int w0, int w1, double bytes) {
 static void occupancy(const eng_plan *p, const eng_plan_cost *k, const xfer_index *xi, double *dev,
                       double *host, double *nvme) {
   const int L = p->n_layers, W = 2 * L + 1;
-  const double A = (double)p->bnd_bytes;
+  const double A = (double)p->bnd_bytes, Ad = k->bnd_dev; // a boundary's bytes; its buffer on the device
   memset(dev, 0, (size_t)W * sizeof *dev);
   memset(host, 0, (size_t)W * sizeof *host);
   memset(nvme, 0, (size_t)W * sizeof *nvme);
   for (int i = 0; i < L; i++) {
     const eng_plan_bnd *b = &p->bnd[i];
-    if (p->keep_inner[i]) add_span(dev, i, 2 * L - i, k->inner);
+    // Kept inner activations are laid out for the whole step (exec.h).
+    if (p->keep_inner[i]) add_span(dev, 0, W - 1, k->inner);
     if (!b->materialised) continue;
     // The recomputed interior of the block (i, e): boundary m from the
     // block's first backward window until its layer's backward ends.
-    for (int m = i + 1; m < b->block_end; m++) add_span(dev, 2 * L - (b->block_end - 1), 2 * L - m, A);
+    for (int m = i + 1; m < b->block_end; m++) add_span(dev, 2 * L - (b->block_end - 1), 2 * L - m, Ad);
     if (b->tier == ENG_TIER_DEVICE) {
-      add_span(dev, i, 2 * L - i, A);
+      add_span(dev, i, 2 * L - i, Ad);
       continue;
     }
     const ranges *out = xi_get(xi, i, ENG_LANE_D2H), *in = xi_get(xi, i, ENG_LANE_H2D);
     // In F_i it is the layer's input (a working buffer); after that its own
     // buffer until the window its copy-out ends; back from the first copy-in.
-    add_span(dev, i + 1, last_win(out), A);
-    add_span(dev, first_win(in), 2 * L - i, A);
+    add_span(dev, i + 1, last_win(out), Ad);
+    add_span(dev, first_win(in), 2 * L - i, Ad);
     if (b->tier == ENG_TIER_HOST) {
       add_span(host, first_win(out), last_win(in), A);
     } else {

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "exec/layer.h"
+#include "exec/exec.h"
 #include "kernels/kernels.h"
 #include "model/layout.h"
 #include "optim/adamw8.h"
@@ -133,7 +133,6 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
   k->params = (double)lo.total_numel;
 
   k->bnd = B * T * d * p->act_bytes;
-  k->inner = (double)eng_layer_acts_floats(c, batch, seq_len) * p->act_bytes;
   double head_numel = d + V * d; // final norm + the head matrix (lm_head or the tied embedding)
   k->w_layer = (double)lo.layer_numel * p->weight_bytes;
   k->w_head = head_numel * p->weight_bytes;
@@ -159,18 +158,19 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
   k->nvme_read = p->nvme_read;
   k->nvme_write = p->nvme_write;
 
-  // Device: weight slots in the streamed type, gradient slots in fp32 (the
-  // device accumulates micro-batches in fp32 and narrows on the way out),
-  // the two working boundaries, and one micro-batch of workspace: the
-  // layer's activations and backward scratch, the head's input, norm and
-  // gradient rows, and one chunk of logits in fp32.
-  double slot = fmax((double)lo.layer_numel, head_numel);
-  double mbn = mbrows;
-  double ws = ((double)eng_layer_acts_floats(c, micro_batch, seq_len) +
-               (double)eng_layer_scratch_floats(c, micro_batch, seq_len) + 3.0 * mbn * d + mbn) *
-                  p->act_bytes +
-              (double)eng_k_head_loss_scratch_floats(c->vocab) * 4.0;
-  k->dev_fixed = 2.0 * slot * p->weight_bytes + 2.0 * slot * 4.0 + 2.0 * k->bnd + ws;
+  // Device: the executor's own layout (exec.h, eng_exec_arena_of) for the
+  // profile's backend says what every plan needs, one kept layer and one
+  // buffer of the boundary pool; a plan adds kept layers and pool buffers.
+  eng_exec_policy ep = {.batch = batch, .seq_len = seq_len, .micro_batches = batch / micro_batch,
+                        .cuda = !strcmp(p->backend, "cuda"), .grad_bf16 = p->grad_bytes == 2};
+  eng_exec_arena ar;
+  if ((rc = eng_exec_arena_of(c, &ep, &ar, e))) return eng_err_prefix(e, "plan: ");
+  if ((double)ar.bnd_bytes != k->bnd)
+    return eng_err_set(e, ENG_EINVAL, "plan: profile %s keeps activations in %d bytes, its %s backend in %zu",
+                       p->name, p->act_bytes, p->backend, ar.bnd_bytes / ((size_t)batch * seq_len * c->d_model));
+  k->dev_fixed = (double)ar.fixed;
+  k->bnd_dev = (double)ar.bnd;
+  k->inner = (double)ar.inner;
   host_state_bytes(&lo, p, k);
 
   k->dev_budget = p->device_bytes - p->device_reserve;

@@ -24,12 +24,14 @@ typedef struct eng_plan_cost {
   int d_model, act_bytes;
 
   // Bytes.
-  double bnd;          // one boundary activation of the whole batch (B*T*d)
+  double bnd;          // one boundary activation of the whole batch (B*T*d), as it crosses a link
+  double bnd_dev;      // one buffer of the executor's boundary pool on the device
   double inner;        // one layer's inner activations kept for its backward (whole batch)
   double w_layer, w_head; // weights streamed in per layer / for the head stage
   double g_layer, g_head; // gradients copied out per layer / for the head stage
-  double dev_fixed;    // device bytes every plan needs: two weight and two gradient
-                       // slots, the two working boundaries, one micro-batch of workspace
+  double dev_fixed;    // device bytes every plan needs (exec.h's eng_exec_arena: two weight
+                       // and two gradient slots, the two working boundaries, one micro-batch
+                       // of workspace, the head's buffers, the backend's own)
   double host_state;   // host bytes of the training state: the sum of
   double host_master, host_opt, host_grad, host_pinned; // fp32 master, optimizer
                        // moments, gradient store, pinned working copy

@@ -94,7 +94,7 @@ int milp_extract(const milp *m, const double *x, eng_plan *p, eng_err *e) {
       int j = win->layer;
       win->t_compute = k->t_bwd + (p->keep_inner[j] ? 0.0 : k->t_refwd) + k->t_rec * (j - win->recompute_from);
     }
-    win->t_exposed = val(x, m->tau[w]);
+    win->t_exposed = fmax(val(x, m->tau[w]), 0.0); // the solver's zero may be -1e-17
   }
   stream st[6];
   stream_init(&st[0], p, ENG_LANE_D2H, ENG_TIER_HOST, 1, m->cdc, 0, L - 1);

@@ -156,9 +156,11 @@ static void add_rows(milp *m, rowb *r) {
   glp_prob *lp = m->lp;
   const eng_plan_cost *k = m->k;
   const int L = m->L, K = m->K;
+  // Boundaries count in units of one boundary: on the device one buffer of
+  // the executor's pool (bnd_dev), elsewhere its bytes (bnd).
   const double A = k->bnd;
-  const double capD = k->cap_dev / A, capC = k->cap_host / A, capN = k->cap_nvme / A;
-  const double I = k->inner / A, W = k->w_layer / A;
+  const double capD = k->cap_dev / k->bnd_dev, capC = k->cap_host / A, capN = k->cap_nvme / A;
+  const double I = k->inner / k->bnd_dev, W = k->w_layer / A;
   const double bwI = k->h2d / A, bwO = k->d2h / A, bwW = k->nvme_write / A, bwR = k->nvme_read / A;
   const int host = m->tier_ok[ENG_TIER_HOST], nvme = m->tier_ok[ENG_TIER_NVME];
 
@@ -219,12 +221,13 @@ static void add_rows(milp *m, rowb *r) {
   }
 
   // Device bytes in every window. Forward F_w: device-tier boundaries 0..w,
-  // boundaries still in transit out, kept layers 0..w.
+  // boundaries still in transit out, every kept layer (the executor lays
+  // the kept activations out for the whole step: exec.h's arena).
   int *dcum[2] = {m->cdc, m->cdn}, *hcum[2] = {m->chc, m->chn}, *tcol2[2] = {m->c, m->n};
   for (int w = 0; w < L; w++) {
     for (int i = 0; i <= w; i++) rb_add(r, m->g[i], 1);
     if (m->keep_ok)
-      for (int l = 0; l <= w; l++) rb_add(r, m->keep[l], I);
+      for (int l = 0; l < L; l++) rb_add(r, m->keep[l], I);
     rb_add(r, m->mo[0][w], 1);
     rb_add(r, m->mo[1][w], 1);
     cap_commit(m, r, ENG_TIER_DEVICE, capD);
@@ -239,12 +242,12 @@ static void add_rows(milp *m, rowb *r) {
   }
   // Head and backward B_j: device-tier boundaries 0..j (later ones consumed),
   // boundaries copied in and not yet consumed, the recomputed interior of
-  // the block being processed, kept layers 0..j.
+  // the block being processed, every kept layer.
   for (int w = L; w <= 2 * L; w++) {
     int j = w == L ? L - 1 : 2 * L - w;
     for (int i = 0; i <= j; i++) rb_add(r, m->g[i], 1);
     if (m->keep_ok)
-      for (int l = 0; l <= j; l++) rb_add(r, m->keep[l], I);
+      for (int l = 0; l < L; l++) rb_add(r, m->keep[l], I);
     rb_add(r, m->mi[0][w], 1);
     rb_add(r, m->mi[1][w], 1);
     if (w > L)

@@ -132,7 +132,7 @@ static int heur_choice(const milp *m, int len, int spare, int keep, milp_choice 
   int idx[ENG_PLAN_MAX_LAYERS], n = 0;
   for (int i = L - len; i > 0; i -= len) idx[n++] = i;
   idx[n++] = 0; // descending
-  int dev = (int)floor((m->k->cap_dev - keep * m->k->inner) / A) - spare;
+  int dev = (int)floor((m->k->cap_dev - keep * m->k->inner) / m->k->bnd_dev) - spare;
   int host = m->tier_ok[ENG_TIER_HOST] ? (int)floor(m->k->cap_host / A) : 0;
   int nvme = m->tier_ok[ENG_TIER_NVME] ? (int)floor(m->k->cap_nvme / A) : 0;
   if (dev < 0) return -1;
@@ -155,7 +155,7 @@ static int heuristic(milp *m, double *x, double *obj, double deadline) {
   double *tmp = malloc(((size_t)n + 1) * sizeof *tmp);
   if (!tmp) return 1;
   const eng_plan_cost *k = m->k;
-  int max_keep = m->keep_ok ? (int)floor(fmax(k->cap_dev - k->bnd, 0) / k->inner) : 0;
+  int max_keep = m->keep_ok ? (int)floor(fmax(k->cap_dev - k->bnd_dev, 0) / k->inner) : 0;
   int found = 0;
   for (int keep = 0; keep <= max_keep && keep <= m->L; keep++)
     for (int len = 1; len <= (keep ? 2 : m->K) && eng_now() < deadline; len++)

@@ -128,7 +128,7 @@ static int solve_split(const eng_plan_cost *k, const eng_plan_opts *o, double li
 // re-forward of every layer that cannot keep its inner activations (during
 // the head the device holds them and at least one boundary).
 static double split_bound(const eng_plan_cost *k, const eng_plan_opts *o) {
-  double kept = o->no_keep || k->inner <= 0 ? 0 : floor(fmax(k->cap_dev - k->bnd, 0) / k->inner);
+  double kept = o->no_keep || k->inner <= 0 ? 0 : floor(fmax(k->cap_dev - k->bnd_dev, 0) / k->inner);
   return milp_lower_bound(k) + k->t_refwd * fmax(0.0, k->L - kept);
 }
 

@@ -234,8 +234,6 @@ attn_bwd_dkv_k(eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const float *ls
     }
 }
 
-size_t eng_cuda_attention_bwd_scratch_bytes(int B, int T, int H) { return (size_t)B * H * T * sizeof(float); }
-
 int eng_cuda_attention_bwd(eng_bf16 *dq, eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const eng_bf16 *out,
                            const float *lse, const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v, int B, int T,
                            int H, int KV, int hd, void *scratch, eng_cuda_stream s, eng_err *e) {

@@ -7,7 +7,7 @@
 // the same on both sides, so the device's sum is the host's to the bit.
 #include "kernels/cuda/util.cuh"
 
-enum { BLOCK = 4096, LANES = 8 };
+enum { BLOCK = ENG_CUDA_GRAD_BLOCK, LANES = 8 };
 
 // One thread per (block, lane): 8 consecutive threads own one block.
 static __global__ void grad_finish_k(eng_bf16 *out, double *part, const float *acc, size_t n) {
@@ -42,8 +42,6 @@ static __global__ void grad_sum_blocks_k(double *sumsq, const double *part, size
   for (size_t b = 0; b < nblk; b++) total += part[b];
   *sumsq = total;
 }
-
-size_t eng_cuda_grad_finish_scratch_bytes(size_t n) { return ((n + BLOCK - 1) / BLOCK) * sizeof(double); }
 
 int eng_cuda_grad_finish(eng_bf16 *out, double *sumsq, const float *acc, size_t n, void *scratch,
                          eng_cuda_stream s, eng_err *e) {

@@ -9,21 +9,9 @@
 
 enum { ROW_THREADS = 512, SUM_THREADS = 256 };
 
-// Rows per chunk: fp32 logits of a chunk up to 512 MiB (832 rows at a vocab
-// of 152064), a multiple of 64, from 64 to 4096 rows. Long chunks matter:
-// dw (V·d fp32) is read and written once per chunk.
-static int rows_per_chunk(int V) {
-  size_t r = ((size_t)128 << 20) / (size_t)(V > 0 ? V : 1);
-  r -= r % 64;
-  return (int)(r < 64 ? 64 : r > 4096 ? 4096 : r);
-}
-
+// The scratch's parts start 256-byte aligned, as eng_cuda_head_loss_scratch_bytes
+// (layout.c) counts them.
 static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
-
-size_t eng_cuda_head_loss_scratch_bytes(int V) {
-  size_t R = (size_t)rows_per_chunk(V);
-  return up256(R * V * sizeof(float)) + up256(R * V * sizeof(eng_bf16)) + up256(R * sizeof(double));
-}
 
 static __global__ void __launch_bounds__(ROW_THREADS)
 ce_rows_k(eng_bf16 *dl, double *row_loss, const float *logits, const int32_t *targets, int V, float grad_scale,
@@ -81,7 +69,7 @@ static __global__ void sum_rows_k(double *loss_sum, const double *row_loss, int 
 int eng_cuda_head_loss(eng_cuda_ctx *cx, eng_bf16 *dh, float *dw, float *logits_out, double *loss_sum,
                        const eng_bf16 *h, const eng_bf16 *w, const int32_t *targets, int n, int d, int V,
                        float grad_scale, void *scratch, eng_err *e) {
-  const int R = rows_per_chunk(V), grad = dh || dw;
+  const int R = eng_cuda_head_rows_per_chunk(V), grad = dh || dw;
   float *lg = (float *)scratch;
   eng_bf16 *dl = (eng_bf16 *)((char *)scratch + up256((size_t)R * V * sizeof(float)));
   double *rl = (double *)((char *)dl + up256((size_t)R * V * sizeof(eng_bf16)));

@@ -145,6 +145,8 @@ int eng_cuda_head_loss(eng_cuda_ctx *cx, eng_bf16 *dh, float *dw, float *logits_
                        const eng_bf16 *h, const eng_bf16 *w, const int32_t *targets, int n, int d, int V,
                        float grad_scale, void *scratch, eng_err *e);
 size_t eng_cuda_head_loss_scratch_bytes(int V);
+// Rows of logits the head computes at a time.
+int eng_cuda_head_rows_per_chunk(int V);
 
 // A finished gradient: from the fp32 accumulator acc[n], out[n] = bf16(acc)
 // (skipped when out is NULL) and *sumsq (device double) = Σ g² over the
@@ -154,6 +156,7 @@ size_t eng_cuda_head_loss_scratch_bytes(int V);
 int eng_cuda_grad_finish(eng_bf16 *out, double *sumsq, const float *acc, size_t n, void *scratch,
                          eng_cuda_stream s, eng_err *e);
 size_t eng_cuda_grad_finish_scratch_bytes(size_t n);
+#define ENG_CUDA_GRAD_BLOCK 4096 // values per partial sum of eng_cuda_grad_finish
 
 // ---- one transformer layer (exec/layer.h's composition) --------------------------
 
