@@ -17,66 +17,12 @@
 #include "model/layout.h"
 #include "storage/store.h"
 #include "tiny.h"
+#include "unit/grads.h"
 #include "unit/tmpdir.h"
 
 // Wide MLPs and short sequences make layers heavy next to activations, so
 // the smallest cap holds much less than the model (~0.9M parameters).
-enum { LAYERS = 8, STEPS = 3 };
-
-typedef struct result {
-  double loss[STEPS];
-  float *grads;   // every gradient after the first step's backward, HF order
-  float *logits;  // of the first batch
-  size_t n_grads;
-} result;
-
-typedef struct grab {
-  eng_run *r;
-  float *dst;
-  size_t n;
-} grab;
-
-static int grab_grad(void *ctx, int shard, const eng_tensor *t) {
-  (void)shard;
-  grab *g = ctx;
-  eng_err e = {0};
-  CHECK_OK(eng_debug_param(g->r, t->name, 'g', g->dst + g->n, t->numel, &e), &e);
-  g->n += t->numel;
-  return 0;
-}
-
-static void run(eng_spec *s, result *out, int32_t *ids, int32_t *labels) {
-  eng_err e = {0};
-  eng_run *r;
-  CHECK_OK(eng_open(s, &r, &e), &e);
-  eng_layout lo;
-  eng_layout_init(&lo, &s->config);
-  size_t nl = (size_t)s->batch * s->seq_len * s->config.vocab;
-  out->logits = malloc(nl * sizeof(float));
-  out->grads = malloc(lo.total_numel * sizeof(float));
-  double loss;
-  CHECK_OK(eng_debug_grads(r, ids, labels, &loss, out->logits, &e), &e);
-  grab g = {r, out->grads, 0};
-  eng_layout_visit(&lo, grab_grad, &g);
-  out->n_grads = g.n;
-  // Training steps on the same batch: the update path streams too.
-  size_t model_bytes = lo.total_numel * sizeof(float);
-  for (int i = 0; i < STEPS; i++) {
-    eng_metrics m;
-    CHECK_OK(eng_step_batch(r, ids, labels, &m, &e), &e);
-    out->loss[i] = m.loss;
-    CHECK(m.peak_arena <= s->device_cap, "arena peak %zu exceeds the cap %zu", m.peak_arena, s->device_cap);
-    // Forward and backward each bring every layer in at least once.
-    CHECK(m.bytes_in >= 2 * (model_bytes - lo.embed.numel * sizeof(float) - lo.head_numel * sizeof(float)),
-          "only %llu bytes copied in for a %zu-byte model", (unsigned long long)m.bytes_in, model_bytes);
-  }
-  eng_close(r);
-}
-
-static void free_result(result *r) {
-  free(r->grads);
-  free(r->logits);
-}
+enum { LAYERS = 8 };
 
 static double rel_norm(const float *a, const float *b, size_t n) {
   double d = 0, r = 0;
@@ -159,7 +105,7 @@ int main(void) {
 
   result ref;
   base.device_cap = need;
-  run(&base, &ref, ids, labels);
+  grads_run(&base, &ref, ids, labels);
 
   struct { int cap_mul, ckpt_every; eng_place place; } cases[] = {
       {4, 1, ENG_PLACE_DEVICE}, {1, 2, ENG_PLACE_DEVICE}, {1, 0, ENG_PLACE_DEVICE},
@@ -173,7 +119,7 @@ int main(void) {
     CHECK_OK(eng_spec_device_bytes(&s, &need_c, &e), &e);
     s.device_cap = need_c * cases[c].cap_mul;
     result got;
-    run(&s, &got, ids, labels);
+    grads_run(&s, &got, ids, labels);
     CHECK(got.n_grads == ref.n_grads, "gradient count differs");
     CHECK(!memcmp(got.grads, ref.grads, ref.n_grads * sizeof(float)),
           "case %zu (ckpt every %d, %s, cap %zu): gradients are not bit-identical", c,
@@ -181,7 +127,7 @@ int main(void) {
     CHECK(!memcmp(got.loss, ref.loss, sizeof ref.loss), "case %zu: losses are not bit-identical", c);
     printf("ckpt every %d on %s, cap %zu: bit-identical\n", s.ckpt_every,
            s.ckpt_place == ENG_PLACE_HOST ? "host" : "device", s.device_cap);
-    free_result(&got);
+    grads_free(&got);
   }
 
   // A plan's mixed policy: boundaries on the device, in host memory or
@@ -196,11 +142,11 @@ int main(void) {
     s.plan_keep = keep;
     CHECK_OK(eng_spec_device_bytes(&s, &s.device_cap, &e), &e);
     result got;
-    run(&s, &got, ids, labels);
+    grads_run(&s, &got, ids, labels);
     CHECK(!memcmp(got.grads, ref.grads, ref.n_grads * sizeof(float)), "mixed plan: gradients are not bit-identical");
     CHECK(!memcmp(got.loss, ref.loss, sizeof ref.loss), "mixed plan: losses are not bit-identical");
     printf("mixed plan (device/host/recomputed, 4 layers keep activations), cap %zu: bit-identical\n", s.device_cap);
-    free_result(&got);
+    grads_free(&got);
   }
 
   // A plan with every tier, its transfers in ranges (ranged_plan), through
@@ -223,12 +169,12 @@ int main(void) {
     s.spill = &es;
     CHECK_OK(eng_spec_device_bytes(&s, &s.device_cap, &e), &e);
     result got;
-    run(&s, &got, ids, labels);
+    grads_run(&s, &got, ids, labels);
     CHECK(!memcmp(got.grads, ref.grads, ref.n_grads * sizeof(float)), "ranged plan: gradients are not bit-identical");
     CHECK(!memcmp(got.loss, ref.loss, sizeof ref.loss), "ranged plan: losses are not bit-identical");
     printf("plan with device, host, store and recomputed boundaries, %d transfers in ranges, cap %zu: bit-identical\n",
            pl.n_xfer, s.device_cap);
-    free_result(&got);
+    grads_free(&got);
     s.device_cap--;
     eng_run *r = NULL;
     CHECK(eng_open(&s, &r, &e) == ENG_ECAP && !r, "the plan's arena less one byte was not refused");
@@ -243,14 +189,14 @@ int main(void) {
   // device accumulates (fp32), so the store keeps fp32 for this comparison.
   base.grad_dtype = ENG_GRAD_F32;
   base.device_cap = (size_t)64 << 20;
-  free_result(&ref);
-  run(&base, &ref, ids, labels);
+  grads_free(&ref);
+  grads_run(&base, &ref, ids, labels);
   for (int mbs = 2; mbs <= 4; mbs *= 2) {
     eng_spec s = base;
     s.micro_batches = mbs;
     s.device_cap = (size_t)64 << 20;
     result got;
-    run(&s, &got, ids, labels);
+    grads_run(&s, &got, ids, labels);
     size_t nl = n * base.config.vocab;
     CHECK(!memcmp(got.logits, ref.logits, nl * sizeof(float)), "%d micro-batches: logits differ", mbs);
     double worst = 0;
@@ -263,7 +209,7 @@ int main(void) {
       off += k;
     }
     printf("%d micro-batches: logits bit-identical, worst gradient ‖Δ‖/‖ref‖ %.2e\n", mbs, worst);
-    free_result(&got);
+    grads_free(&got);
   }
 
   // A cap one byte too small is refused with the bytes needed.
@@ -277,7 +223,7 @@ int main(void) {
   CHECK(strstr(e.msg, want), "refusal does not name the bytes needed: %s", e.msg);
   printf("refused: %s\n", e.msg);
 
-  free_result(&ref);
+  grads_free(&ref);
   free(ids);
   free(labels);
   return 0;

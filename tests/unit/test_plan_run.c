@@ -1,0 +1,123 @@
+// The planner's plans, run: on a machine whose budgets force boundaries off
+// the device into host memory and the spill store (a real RocksDB store),
+// the program's plan and the baseline policies each train with losses and
+// gradients bit-identical to the uniform policy at the same micro-batch
+// split, at a device cap of exactly the plan's predicted bytes (fixed plus
+// activation peak), and are refused one byte below it before allocating.
+#define _XOPEN_SOURCE 700
+#include <string.h>
+
+#include "check.h"
+#include "plan/cost.h"
+#include "plan/planner.h"
+#include "storage/store.h"
+#include "tiny.h"
+#include "unit/grads.h"
+#include "unit/tmpdir.h"
+
+enum { LAYERS = 8, BATCH = 4, SEQ = 32, MICRO = 2 };
+
+// A cpu machine whose links move a boundary in about a layer's forward and
+// whose device holds dev_bnds boundaries of activations, the host host_bnds.
+static eng_profile machine(const eng_spec *s, double dev_bnds, double host_bnds) {
+  eng_profile p = {.gemm_flops = 2e10, .gemm_bwd_flops = 2e10, .attn_flops = 1e10, .elem_bytes_per_s = 2e10,
+                   .opt_params_per_s = 1e9, .opt_inline = 1, .act_bytes = 4, .weight_bytes = 4, .grad_bytes = 4,
+                   .grad_store_bytes = 2, .opt_8bit = 1, .device_bytes = 1e12, .host_bytes = 1e12,
+                   .nvme_bytes = 1e12, .h2d = 1e12, .d2h = 1e12, .nvme_read = 1e12, .nvme_write = 1e12};
+  snprintf(p.name, sizeof p.name, "test cpu");
+  snprintf(p.backend, sizeof p.backend, "cpu");
+  eng_plan_cost k;
+  eng_err e = {0};
+  CHECK_OK(eng_plan_cost_make(&s->config, BATCH, SEQ, MICRO, &p, &k, &e), &e);
+  p.h2d = p.d2h = k.bnd / k.t_fwd;
+  p.nvme_read = p.nvme_write = k.bnd / (1.5 * k.t_fwd);
+  p.device_act_bytes = dev_bnds * k.bnd_dev;
+  p.host_act_bytes = host_bnds * k.bnd;
+  return p;
+}
+
+typedef struct tally {
+  int plans, host, store, recompute;
+} tally;
+
+static void run_plan(const eng_spec *base, const eng_plan *pl, const result *ref, int32_t *ids, int32_t *labels,
+                     tally *t) {
+  eng_spec s = *base;
+  s.plan = pl;
+  s.device_cap = pl->dev_fixed + pl->peak_dev;
+  result got;
+  grads_run(&s, &got, ids, labels);
+  CHECK(!memcmp(got.grads, ref->grads, ref->n_grads * sizeof(float)), "%s: gradients are not bit-identical",
+        pl->method);
+  CHECK(!memcmp(got.loss, ref->loss, sizeof ref->loss), "%s: losses are not bit-identical", pl->method);
+  grads_free(&got);
+  s.device_cap--;
+  eng_run *r = NULL;
+  eng_err e = {0};
+  CHECK(eng_open(&s, &r, &e) == ENG_ECAP && !r, "%s: a cap one byte below the plan's was not refused", pl->method);
+  int host = 0, store = 0, rec = 0;
+  for (int i = 0; i < pl->n_layers; i++) {
+    host += pl->bnd[i].materialised && pl->bnd[i].tier == ENG_TIER_HOST;
+    store += pl->bnd[i].materialised && pl->bnd[i].tier == ENG_TIER_NVME;
+    rec += !pl->bnd[i].materialised;
+  }
+  printf("%-10s %d transfers, %d boundaries in host memory, %d in the store, %d recomputed; cap %llu: "
+         "bit-identical, one byte less refused\n",
+         pl->method, pl->n_xfer, host, store, rec, (unsigned long long)s.device_cap + 1);
+  t->plans++, t->host += host > 0, t->store += store > 0, t->recompute += rec > 0;
+}
+
+int main(void) {
+  tmp_make();
+  eng_err e = {0};
+  store_options o;
+  store_options_defaults(&o);
+  store *st;
+  CHECK_OK(store_open(&st, tmp_path("spill"), &o, &e), &e);
+  eng_store es;
+  CHECK_OK(store_engine_open(&es, st, "plans", 0, &e), &e);
+
+  eng_spec base;
+  tiny_spec(&base, LAYERS);
+  base.batch = BATCH;
+  base.seq_len = SEQ;
+  base.micro_batches = BATCH / MICRO;
+  base.spill = &es;
+  size_t n = (size_t)BATCH * SEQ;
+  int32_t ids[BATCH * SEQ], labels[BATCH * SEQ];
+  for (size_t i = 0; i < n; i++) {
+    ids[i] = (int32_t)((i * 7919 + 13) % 256);
+    labels[i] = i % 11 == 3 ? -100 : ids[i];
+  }
+  result ref;
+  grads_run(&base, &ref, ids, labels); // the uniform policy: every boundary on the device
+
+  tally t = {0};
+  const double budgets[][2] = {{2.5, 2.2}, {3.5, 0.0}, {3.0, 1.0}, {6.0, 8.0}};
+  for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
+    eng_profile p = machine(&base, budgets[b][0], budgets[b][1]);
+    eng_plan_opts po;
+    eng_plan_opts_defaults(&po);
+    po.time_limit = 1;
+    po.micro_batch = MICRO;
+    eng_plan pl;
+    CHECK_OK(eng_plan_make(&base.config, "tiny", BATCH, SEQ, &p, &po, &pl, &e), &e);
+    run_plan(&base, &pl, &ref, ids, labels, &t);
+    eng_plan_free(&pl);
+    const eng_plan_policy pols[] = {ENG_POLICY_EVERY_K, ENG_POLICY_ALL_HOST, ENG_POLICY_NONE};
+    for (int q = 0; q < 3 && b == 3; q++) {
+      int rc = eng_plan_baseline(&base.config, "tiny", BATCH, SEQ, &p, pols[q], 3, MICRO, &pl, &e);
+      if (rc == ENG_ECAP) continue;
+      CHECK_OK(rc, &e);
+      run_plan(&base, &pl, &ref, ids, labels, &t);
+      eng_plan_free(&pl);
+    }
+  }
+  CHECK(t.plans >= 5 && t.host && t.store && t.recompute, "the plans do not use every tier (%d plans: host %d, "
+        "store %d, recompute %d)", t.plans, t.host, t.store, t.recompute);
+  grads_free(&ref);
+  es.close(es.ctx);
+  store_close(st);
+  tmp_cleanup();
+  return 0;
+}
