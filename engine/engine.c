@@ -77,6 +77,8 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
   if (s->warmup_steps < 0 || s->total_steps < 0) BAD("warmup_steps and total_steps must be non-negative");
   if (s->device_gpu < -1) BAD("device_gpu must be -1 (the cpu backend) or a GPU index (got %d)", s->device_gpu);
   if (s->ckpt_every < 0) BAD("ckpt_every must be non-negative");
+  if (!(s->link_bps >= 0) || !(s->spill_bps >= 0)) BAD("link_bps and spill_bps must be non-negative (0: no cap)");
+  if (s->link_bps > 0 && s->device_gpu >= 0) BAD("link_bps caps the cpu backend's copies; a GPU's link is its own");
   if (s->ckpt_place < ENG_PLACE_DEVICE || s->ckpt_place > ENG_PLACE_STORE) BAD("unknown ckpt_place %d", s->ckpt_place);
   if (s->ckpt_place == ENG_PLACE_STORE && (!s->spill || !s->spill->act_put || !s->spill->act_get || !s->spill->act_drop))
     BAD("ckpt_place store needs a spill store with activation entries");
@@ -113,6 +115,7 @@ static eng_exec_policy spec_policy(const eng_spec *s) {
                            .place = s->plan_place,
                            .keep = s->plan_keep,
                            .plan = s->plan,
+                           .spill_bps = s->spill_bps,
                            .cuda = s->device_gpu >= 0,
                            .grad_bf16 = s->grad_dtype == ENG_GRAD_BF16};
 }
@@ -173,7 +176,11 @@ int eng_gpu_describe(int index, eng_gpu_info *info, eng_err *e) {
 
 // The spec's device: the cpu backend, or the GPU it names.
 static int spec_dev_open(const eng_spec *s, eng_dev **dev, eng_err *e) {
-  if (s->device_gpu < 0) return eng_dev_open_cpu(dev, s->device_cap, e);
+  if (s->device_gpu < 0) {
+    int rc = eng_dev_open_cpu(dev, s->device_cap, e);
+    if (!rc) eng_dev_cpu_links(*dev, s->link_bps, s->link_bps);
+    return rc;
+  }
   int rc = eng_dev_open_cuda(dev, s->device_gpu, s->device_cap, e);
   if (rc) eng_err_prefix(e, "spec: device_gpu %d: ", s->device_gpu);
   return rc;
@@ -357,6 +364,7 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
   m->t_loss = res.t_loss;
   m->t_bwd = res.t_bwd;
   m->t_opt_wait = res.t_wait;
+  m->t_act_wait = res.t_act_wait;
   m->t_total = eng_now() - t0;
   m->tokens_per_s = m->tokens / m->t_total;
   m->peak_arena = r->dev->peak;

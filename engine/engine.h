@@ -41,6 +41,8 @@ typedef struct eng_metrics {
   int64_t tokens;        // tokens in the step (batch * seq)
   double tokens_per_s;   // tokens / wall time of the step
   double t_fwd, t_loss, t_bwd, t_opt_wait, t_total; // seconds per phase
+  double t_act_wait;     // of the step, compute waiting for activation transfers at
+                         // the end of their windows (the transfer time not hidden)
   size_t peak_arena;     // most device-arena bytes in use so far
   size_t host_act;       // boundary bytes the step kept in host memory
   size_t store_act;      // boundary bytes the step spilled to the store
@@ -113,6 +115,11 @@ typedef struct eng_spec {
   // executor performs window by window; read by eng_open and
   // eng_spec_device_bytes only. micro_batches must be the plan's n_micro.
   const eng_plan *plan;
+  // Bandwidth caps of the cpu backend's links, bytes per second (0: none):
+  // copies to and from the arena (each direction; PCIe on a GPU) and the
+  // store lanes (each of write and read; the spill store's NVMe), so that a
+  // run here has links whose time is real (common/link.h).
+  double link_bps, spill_bps;
   int opt_thread;         // run updates on the optimizer thread beside compute, as with a
                           // GPU (the cpu backend otherwise runs them inline, where the
                           // next forward first needs each shard, since compute owns the cores)

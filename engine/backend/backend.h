@@ -43,6 +43,10 @@ struct eng_dev {
 // until eng_dev_reserve says how much the run needs (so a cap that is too
 // small is refused before allocation).
 int eng_dev_open_cpu(eng_dev **out, size_t cap, eng_err *e);
+// Gives a cpu device's copy-in and copy-out the bandwidth of a link (bytes
+// per second; 0: none), so that copies take the time PCIe would
+// (common/link.h). Before the device's first copy.
+void eng_dev_cpu_links(eng_dev *d, double h2d_bps, double d2h_bps);
 
 // Allocates the arena for `bytes` (<= cap), or refuses with ENG_ECAP naming
 // both numbers and `what` needs them.

@@ -421,6 +421,8 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->targets = malloc(sizeof(int32_t) * (size_t)p->batch * p->seq_len);
   x->acts_at = calloc(1 + (size_t)x->L * p->micro_batches, sizeof *x->acts_at);
   pthread_mutex_init(&x->lane_mu, NULL);
+  eng_link_init(&x->spill_w, p->spill_bps);
+  eng_link_init(&x->spill_r, p->spill_bps);
   if (!x->pool || !x->ljobs || !x->pieces || !x->ckpt_host || !x->version || !x->sumsq || !x->opt_jobs ||
       !x->targets || !x->acts_at) {
     eng_exec_close(x);
@@ -476,6 +478,8 @@ void eng_exec_close(eng_exec *x) {
   free(x->pieces);
   exec_sched_free(&x->win);
   pthread_mutex_destroy(&x->lane_mu);
+  eng_link_destroy(&x->spill_w);
+  eng_link_destroy(&x->spill_r);
   free(x->version);
   free(x->sumsq);
   free(x->opt_jobs);
@@ -549,14 +553,19 @@ static void lane_run(void *arg) {
   case ENG_LANE_NVME_W:
     eng_worker_wait(&x->lane[ENG_LANE_D2H], ps->ticket[ENG_LANE_D2H]);
     if (ps->staging) {
+      double t0 = eng_now();
       rc = st->act_put(st->ctx, x->runs, pc->bnd, j->t->piece, ps->staging, pc->n, &e);
+      eng_link_pass(&x->spill_w, pc->n, t0);
       x->ops->host_free(ps->staging);
       ps->staging = NULL;
     }
     break;
   case ENG_LANE_NVME_R:
-    if (!(rc = x->ops->host_alloc(x, &ps->staging, pc->n, &e)))
+    if (!(rc = x->ops->host_alloc(x, &ps->staging, pc->n, &e))) {
+      double t0 = eng_now();
       rc = st->act_get(st->ctx, x->runs, pc->bnd, j->t->piece, ps->staging, pc->n, &e);
+      eng_link_pass(&x->spill_r, pc->n, t0);
+    }
     break;
   case ENG_LANE_H2D:
     if (!store) {
@@ -614,7 +623,9 @@ static int win_begin(eng_exec *x, int w, void *cur, eng_exec_result *res, eng_er
 // Window w ends when its transfers have: then a boundary whose copy-out
 // runs on after F_w leaves the working buffer (cur) for its own.
 static int win_end(eng_exec *x, int w, void *cur, eng_err *e) {
+  double t0 = eng_now();
   for (int k = 0; k < ENG_LANE_COUNT; k++) eng_worker_drain(&x->lane[k]);
+  x->res->t_act_wait += eng_now() - t0;
   if (x->lane_rc) {
     *e = x->lane_err;
     return x->lane_rc;
@@ -681,6 +692,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   build_schedule(x, backward);
   if (backward) x->runs++;
   x->lane_rc = 0;
+  x->res = res;
   sched_begin(x);
   double t0 = eng_now();
 

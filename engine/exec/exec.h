@@ -44,6 +44,7 @@ typedef struct eng_exec_policy {
   // by window on the activation lanes. Takes precedence over place / keep
   // and the uniform policy. Need not outlive eng_exec_open.
   const eng_plan *plan;
+  double spill_bps;   // the store lanes' bandwidth, each way (common/link.h; 0: none)
   // The device the arena is laid out for: the cpu backend computes in fp32
   // on host memory; the cuda backend (cuda != 0) streams bf16 weights, keeps
   // bf16 activations, accumulates weight gradients in fp32 and finishes them
@@ -64,6 +65,7 @@ typedef struct eng_exec_result {
   int64_t count;         // counted tokens
   double grad_sumsq;     // Σ g² over the whole model (valid after a backward); on
                          // the cuda backend over the gradients as stored (bf16)
+  double t_act_wait;     // waiting for activation transfers as windows end
   double t_fwd, t_loss, t_bwd, t_wait; // on the cuda backend, the time to queue each
                          // phase: the run waits for the GPU at its end (in t_bwd)
   size_t host_act, store_act; // boundary bytes this run kept in host memory / the store

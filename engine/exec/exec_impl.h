@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "common/link.h"
 #include "common/worker.h"
 #include "exec/exec.h"
 #include "exec/exec_sched.h"
@@ -102,6 +103,8 @@ struct eng_exec {
   eng_worker lane[ENG_LANE_COUNT]; // the activation lanes (plan.h): their transfers
   lane_job *ljobs;      // [win.n_xfer] this run's transfers, issued window by window
   piece_state *pieces;  // [win.n_piece]
+  eng_link spill_w, spill_r; // the store lanes' links (policy spill_bps)
+  eng_exec_result *res; // the run in progress's results (for the window ends' waits)
   pthread_mutex_t lane_mu;
   int lane_rc;          // the first failure of a lane in this run, and its message
   eng_err lane_err;
