@@ -36,6 +36,7 @@ enum { WARMUP = 2, ROUNDS = 2 };
 typedef struct measured {
   double step[64];  // seconds of each measured step
   double wait[64];  // of it, compute waiting for activation transfers
+  double fwd[64], bwd[64], opt[64]; // the forward, the head and backward, waiting for weights
   int n;
   size_t dev, host, store; // arena peak; boundary bytes kept in host memory / spilled, most in a step
 } measured;
@@ -84,6 +85,9 @@ static void run(const eng_spec *base, const eng_plan *p, store *st, int steps, m
     if (eng_step(r, &mm, &e)) DIE("%s: %s", p->method, e.msg);
     if (i < WARMUP) continue;
     m->wait[m->n] = mm.t_act_wait;
+    m->fwd[m->n] = mm.t_fwd;
+    m->bwd[m->n] = mm.t_loss + mm.t_bwd;
+    m->opt[m->n] = mm.t_opt_wait;
     m->step[m->n++] = mm.t_total;
     if (mm.peak_arena > m->dev) m->dev = mm.peak_arena;
     if (mm.host_act > m->host) m->host = mm.host_act;
@@ -98,6 +102,8 @@ static double pct(double predicted, double got) { return got > 0 ? 100.0 * (pred
 static void report(const char *name, const eng_plan *p, const measured *m) {
   double t = median(m);
   double dev = (double)p->peak_dev + (double)p->dev_fixed;
+  printf("%-8s forward %.3f s, head and backward %.3f s, waiting for weights %.3f s (medians)\n", name,
+         median_of(m->fwd, m->n), median_of(m->bwd, m->n), median_of(m->opt, m->n));
   printf("%-8s measured step %.3f s (median of %d), predicted %.3f s (%+.1f%%); waiting for activation transfers "
          "%.3f s (predicted exposed %.3f s); device %zu bytes, predicted %.0f (%s); host %.1f MiB, predicted %.1f; "
          "store %.1f MiB, predicted %.1f\n",
