@@ -575,6 +575,8 @@ int eng_ckpt_export_hf(const eng_store *st, int64_t step, const eng_config *c, c
 }
 
 int64_t eng_steps_done(const eng_run *r) { return r->step; }
+
+int eng_timeline(const eng_run *r, const eng_plan_span **spans) { return eng_exec_timeline(r->exec, spans); }
 const eng_config *eng_run_config(const eng_run *r) { return &r->model.cfg; }
 size_t eng_param_count(const eng_run *r) { return r->model.lo.total_numel; }
 size_t eng_opt_state_bytes(const eng_run *r) { return eng_model_opt_bytes(&r->model); }

@@ -201,6 +201,9 @@ typedef struct eng_gpu_info {
 int eng_gpu_describe(int index, eng_gpu_info *info, eng_err *e);
 
 int64_t eng_steps_done(const eng_run *r);
+// The last step's timeline (exec/exec.h's eng_exec_timeline): its spans,
+// seconds from the step's start; valid until the next step.
+int eng_timeline(const eng_run *r, const eng_plan_span **spans);
 const eng_config *eng_run_config(const eng_run *r);
 size_t eng_param_count(const eng_run *r);
 // Bytes allocated for optimizer state (all tensors' moments and block scales).

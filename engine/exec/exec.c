@@ -170,6 +170,25 @@ int eng_exec_tiers_of(const eng_config *c, const eng_exec_policy *p, eng_exec_ti
   return 0;
 }
 
+// ---- timeline ------------------------------------------------------------------
+
+static void span_add(eng_exec *x, eng_span_lane lane, double t0, double t1, const char *what, int index) {
+  int i = atomic_fetch_add(&x->n_spans, 1);
+  if (i >= x->cap_spans) return;
+  eng_plan_span *sp = &x->spans[i];
+  sp->lane = lane;
+  sp->t0 = t0 - x->t_run0;
+  sp->t1 = t1 - x->t_run0;
+  if (index >= 0) snprintf(sp->what, sizeof sp->what, "%s%d", what, index);
+  else snprintf(sp->what, sizeof sp->what, "%s", what);
+}
+
+int eng_exec_timeline(const eng_exec *x, const eng_plan_span **spans) {
+  int n = atomic_load(&x->n_spans);
+  *spans = x->spans;
+  return n < x->cap_spans ? n : x->cap_spans;
+}
+
 // ---- versions: the next step's copy of a shard waits for its update --------
 
 static void version_wait(eng_exec *x, int shard, int64_t need) {
@@ -196,7 +215,11 @@ static opt_job *round_job(eng_exec *x, int64_t r, int s) {
 // now on the compute thread (which owns the cores); otherwise the optimizer
 // worker does it and readers wait on the version.
 static void shard_ensure(eng_exec *x, int s) {
-  if (x->inline_opt && x->version[s] < x->rounds) opt_run(round_job(x, x->version[s] + 1, s));
+  if (x->inline_opt && x->version[s] < x->rounds) {
+    double t0 = eng_now();
+    opt_run(round_job(x, x->version[s] + 1, s));
+    span_add(x, ENG_SPAN_OPT, t0, eng_now(), "opt", -1);
+  }
 }
 
 // ---- copy-in -----------------------------------------------------------------
@@ -211,6 +234,7 @@ static const char *streamed(const eng_exec *x, int s) {
 static void copy_in_run(void *arg) {
   copy_job *j = arg;
   eng_exec *x = j->x;
+  double t0 = eng_now();
   eng_model *m = x->m;
   const int head = m->lo.n_layers + 1;
   const size_t wz = x->z.weight;
@@ -227,6 +251,7 @@ static void copy_in_run(void *arg) {
     version_wait(x, j->shard, j->need);
     x->ops->weights_in(x, j->slot, dst, streamed(x, j->shard), m->shards[j->shard].numel * wz);
   }
+  span_add(x, ENG_SPAN_H2D, t0, eng_now(), "w", j->shard);
 }
 
 static void sched_submit(eng_exec *x, int i) {
@@ -271,7 +296,9 @@ static void copy_out_run(void *arg) {
   out_job *j = arg;
   eng_exec *x = j->x;
   omp_set_num_threads(1); // beside compute: no OpenMP team of its own
+  double t0 = eng_now();
   x->ops->grad_out(x, j->slot, j->shard);
+  span_add(x, ENG_SPAN_D2H, t0, eng_now(), "g", j->shard);
   if (x->early) eng_worker_submit(&x->optim, opt_run, round_job(x, x->rounds + 1, j->shard));
 }
 
@@ -414,6 +441,8 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->pool = calloc((size_t)x->win.n_pool + 1, sizeof *x->pool);
   x->ljobs = calloc((size_t)x->win.n_xfer + 1, sizeof *x->ljobs);
   x->pieces = calloc((size_t)x->win.n_piece + 1, sizeof *x->pieces);
+  x->cap_spans = 8 * x->L + 2 * m->lo.n_shards + x->win.n_xfer + 64;
+  x->spans = calloc((size_t)x->cap_spans, sizeof *x->spans);
   x->ckpt_host = calloc((size_t)x->L, sizeof *x->ckpt_host);
   x->version = calloc((size_t)m->lo.n_shards, sizeof *x->version);
   x->sumsq = calloc((size_t)m->lo.n_shards, sizeof *x->sumsq);
@@ -423,7 +452,7 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   pthread_mutex_init(&x->lane_mu, NULL);
   eng_link_init(&x->spill_w, p->spill_bps);
   eng_link_init(&x->spill_r, p->spill_bps);
-  if (!x->pool || !x->ljobs || !x->pieces || !x->ckpt_host || !x->version || !x->sumsq || !x->opt_jobs ||
+  if (!x->pool || !x->ljobs || !x->pieces || !x->spans || !x->ckpt_host || !x->version || !x->sumsq || !x->opt_jobs ||
       !x->targets || !x->acts_at) {
     eng_exec_close(x);
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's tables");
@@ -476,6 +505,7 @@ void eng_exec_close(eng_exec *x) {
   free(x->pool);
   free(x->ljobs);
   free(x->pieces);
+  free(x->spans);
   exec_sched_free(&x->win);
   pthread_mutex_destroy(&x->lane_mu);
   eng_link_destroy(&x->spill_w);
@@ -542,6 +572,7 @@ static void lane_run(void *arg) {
   eng_err e = {0};
   int rc = 0;
   omp_set_num_threads(1); // beside compute: no OpenMP team of its own
+  double t0 = eng_now();
   switch (j->t->lane) {
   case ENG_LANE_D2H:
     if (!store) {
@@ -581,6 +612,9 @@ static void lane_run(void *arg) {
     break;
   default: break;
   }
+  static const eng_span_lane on[ENG_LANE_COUNT] = {[ENG_LANE_H2D] = ENG_SPAN_H2D, [ENG_LANE_D2H] = ENG_SPAN_D2H,
+                                                   [ENG_LANE_NVME_W] = ENG_SPAN_NVME, [ENG_LANE_NVME_R] = ENG_SPAN_NVME};
+  span_add(x, on[j->t->lane], t0, eng_now(), "b", pc->bnd);
   if (rc) {
     eng_err_prefix(&e, "boundary %d bytes %zu..%zu on %s: ", pc->bnd, pc->off, pc->off + pc->n,
                    eng_lane_name(j->t->lane));
@@ -693,6 +727,8 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   if (backward) x->runs++;
   x->lane_rc = 0;
   x->res = res;
+  x->t_run0 = eng_now();
+  atomic_store(&x->n_spans, 0);
   sched_begin(x);
   double t0 = eng_now();
 
@@ -706,8 +742,10 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
     if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
     if (backward) STEP_TRY(win_begin(x, exec_win_fwd(l), cur, res, e));
     const void *w = sched_acquire(x, l + 1, &res->t_wait);
+    double tc = eng_now();
     for (int i = 0; i < nmb; i++)
       STEP_TRY(x->ops->layer_fwd(x, w, mbrow(x, cur, i), mbrow(x, nxt, i), exec_acts_index(x, l, i), e));
+    span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "F", l);
     sched_release(x);
     if (backward) STEP_TRY(win_end(x, exec_win_fwd(l), cur, e));
     void *t = cur;
@@ -728,9 +766,11 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
     hg = x->gslot[0];
   }
   float scale = res->count ? 1.0f / (float)res->count : 0.0f;
+  double th = eng_now();
   for (int i = 0; i < nmb; i++)
     STEP_TRY(x->ops->head(x, hw, hg, mbrow(x, cur, i), backward ? mbrow(x, nxt, i) : NULL, i, logits, scale,
                           &res->loss_sum, e));
+  span_add(x, ENG_SPAN_COMPUTE, th, eng_now(), "H", -1);
   sched_release(x);
   double t2 = eng_now();
   res->t_loss = t2 - t1;
@@ -759,8 +799,10 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
       if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
       const void *w = sched_acquire(x, l + 1, &res->t_wait);
       const void *in = l == cb ? xin0 : pool[rcb[l]];
+      double tc = eng_now();
       for (int i = 0; i < nmb; i++)
         STEP_TRY(x->ops->layer_fwd(x, w, mbrow(x, in, i), mbrow(x, pool[rcb[l + 1]], i), 0, e));
+      span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "R", l);
       sched_release(x);
     }
     for (int l = e_ - 1; l >= cb; l--) {
@@ -770,12 +812,14 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
       STEP_TRY(gslot_begin(x, gi, lo->layer_numel, &res->t_wait, e));
       float *g = x->gslot[gi & 1];
       const void *in = l == cb ? xin0 : pool[rcb[l]];
+      double tc = eng_now();
       for (int i = 0; i < nmb; i++) {
         const void *xi = mbrow(x, in, i);
         int a = exec_acts_index(x, l, i);
         if (!x->keep[l]) STEP_TRY(x->ops->layer_fwd(x, w, xi, x->ybuf, a, e)); // recompute the layer's inside
         STEP_TRY(x->ops->layer_bwd(x, w, g, xi, a, mbrow(x, dy, i), mbrow(x, dx, i), e));
       }
+      span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "B", l);
       sched_release(x);
       STEP_TRY(gslot_end(x, gi++, l + 1, e));
       STEP_TRY(win_end(x, exec_win_bwd(L, l), NULL, e));

@@ -128,6 +128,13 @@ void eng_exec_update_arm(eng_exec *x, const eng_exec_update *u);
 // writing the model state from outside).
 void eng_exec_quiesce(eng_exec *x);
 
+// The last run's timeline: spans on the lanes of plan.h (compute F/H/R/B,
+// copy-in of weights w and boundaries b, copy-out of gradients g and
+// boundaries b, store writes and reads b, inline optimizer passes), in
+// seconds from the run's start (on the cuda backend a compute span is the
+// time to queue its kernels). Valid until the next run.
+int eng_exec_timeline(const eng_exec *x, const eng_plan_span **spans);
+
 void eng_exec_close(eng_exec *x);
 
 #endif

@@ -8,6 +8,7 @@
 #define ENG_EXEC_EXEC_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "common/link.h"
@@ -105,6 +106,12 @@ struct eng_exec {
   piece_state *pieces;  // [win.n_piece]
   eng_link spill_w, spill_r; // the store lanes' links (policy spill_bps)
   eng_exec_result *res; // the run in progress's results (for the window ends' waits)
+  // The run's timeline (eng_exec_timeline): spans recorded by the compute
+  // thread and the copy workers, which finish within the run.
+  eng_plan_span *spans;
+  int cap_spans;
+  _Atomic int n_spans;
+  double t_run0;
   pthread_mutex_t lane_mu;
   int lane_rc;          // the first failure of a lane in this run, and its message
   eng_err lane_err;

@@ -122,6 +122,24 @@ typedef struct eng_plan {
   double bound;          // the solver's lower bound on it
 } eng_plan;
 
+// A step on a timeline, predicted (the simulator's replay, plan/sim.h) or
+// measured (the executor's record of a run, exec.h), drawn the same way
+// (plan/sim.h's eng_plan_svg): spans of time on lanes.
+typedef enum {
+  ENG_SPAN_COMPUTE = 0,
+  ENG_SPAN_H2D = 1,
+  ENG_SPAN_D2H = 2,
+  ENG_SPAN_NVME = 3, // writes and reads
+  ENG_SPAN_OPT = 4,  // the host optimizer (beside compute, or inline on the cpu)
+  ENG_SPAN_LANES
+} eng_span_lane;
+
+typedef struct eng_plan_span {
+  eng_span_lane lane;
+  double t0, t1;
+  char what[12]; // "F3", "R5", "B5", "H"; "w3" weights, "g3" gradients, "b7" boundary 7, "opt"
+} eng_plan_span;
+
 // Allocates the arrays of an empty plan of L layers (every boundary but 0
 // not materialised, nothing kept, no transfers).
 int eng_plan_init(eng_plan *p, int L, eng_err *e);

@@ -15,21 +15,6 @@
 #include "plan/cost.h"
 #include "plan/plan.h"
 
-typedef enum {
-  ENG_SPAN_COMPUTE = 0,
-  ENG_SPAN_H2D = 1,
-  ENG_SPAN_D2H = 2,
-  ENG_SPAN_NVME = 3, // writes and reads
-  ENG_SPAN_OPT = 4,  // the host optimizer (beside compute, or inline on the cpu)
-  ENG_SPAN_LANES
-} eng_span_lane;
-
-typedef struct eng_plan_span {
-  eng_span_lane lane;
-  double t0, t1;
-  char what[12]; // "F3", "R5", "B5", "H"; "w3" weights, "g3" gradients, "b7" boundary 7, "opt"
-} eng_plan_span;
-
 typedef struct eng_plan_sim {
   double step_time;    // seconds
   double t_compute;    // busy time of the compute stream

@@ -8,9 +8,11 @@
 // the measured step time (median) beside the simulator's prediction, the
 // time compute waited for activation transfers, and the measured arena
 // beside the predicted device bytes; the profile is this machine's
-// compute, calibrated first, with the capped links.
+// compute, calibrated first, with the capped links. The last step of each
+// policy is drawn, measured beside predicted, as SVG timelines in
+// TIMELINE_DIR (<policy>-measured.svg, <policy>-predicted.svg).
 //
-// usage: bench_plan_run SOURCE_DIR [STEPS]
+// usage: bench_plan_run SOURCE_DIR [STEPS [TIMELINE_DIR]]
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 
 #include "engine.h"
 #include "plan/cost.h"
+#include "plan/sim.h"
 #include "plan/planner.h"
 #include "plan/profile.h"
 #include "storage/store.h"
@@ -68,8 +71,44 @@ static void spec_base(eng_spec *s, const char *src, const eng_config *c, int bat
   s->total_steps = steps;
 }
 
+static const char *timeline_dir;        // where the timelines go
+static const eng_config *bench_cfg;      // the model
+static const eng_profile *bench_prof;    // the profile the plans were made on
+
+static void write_svg(const char *name, const char *kind, const eng_plan *p, const eng_plan_sim *sim) {
+  eng_err e = {0};
+  char *svg, path[4096];
+  if (eng_plan_svg(p, sim, &svg, &e)) DIE("%s", e.msg);
+  snprintf(path, sizeof path, "%s/%s-%s.svg", timeline_dir, name, kind);
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(svg, f) < 0 || fclose(f)) DIE("cannot write %s", path);
+  free(svg);
+}
+
+// The last step's measured timeline beside the plan's predicted one:
+// <name>-measured.svg and <name>-predicted.svg in timeline_dir.
+static void timelines(const char *name, eng_run *r, const eng_plan *p, const eng_metrics *mm) {
+  eng_err e = {0};
+  eng_plan_sim got = {0}, want;
+  got.step_time = mm->t_total;
+  got.t_exposed = mm->t_act_wait + mm->t_opt_wait;
+  got.peak_dev = (double)mm->peak_arena - (double)p->dev_fixed;
+  got.peak_host = (double)mm->host_act;
+  got.peak_nvme = (double)mm->store_act;
+  const eng_plan_span *sp;
+  got.n_span = eng_timeline(r, &sp);
+  got.span = (eng_plan_span *)sp;
+  write_svg(name, "measured", p, &got);
+  eng_plan_cost k;
+  if (eng_plan_cost_make(bench_cfg, p->batch, p->seq_len, p->micro_batch, bench_prof, &k, &e) ||
+      eng_plan_simulate(p, &k, &want, &e))
+    DIE("%s: %s", name, e.msg);
+  write_svg(name, "predicted", p, &want);
+  eng_plan_sim_free(&want);
+}
+
 // Trains `steps` steps under plan p; the steps after the warm-up are measured.
-static void run(const eng_spec *base, const eng_plan *p, store *st, int steps, measured *m) {
+static void run(const char *name, const eng_spec *base, const eng_plan *p, store *st, int steps, measured *m) {
   eng_err e = {0};
   eng_spec s = *base;
   s.plan = p;
@@ -92,6 +131,7 @@ static void run(const eng_spec *base, const eng_plan *p, store *st, int steps, m
     if (mm.peak_arena > m->dev) m->dev = mm.peak_arena;
     if (mm.host_act > m->host) m->host = mm.host_act;
     if (mm.store_act > m->store) m->store = mm.store_act;
+    if (i == steps - 1) timelines(name, r, p, &mm);
   }
   eng_close(r);
   es.close(es.ctx);
@@ -113,9 +153,10 @@ static void report(const char *name, const eng_plan *p, const measured *m) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) DIE("usage: bench_plan_run SOURCE_DIR [STEPS]");
+  if (argc < 2) DIE("usage: bench_plan_run SOURCE_DIR [STEPS [TIMELINE_DIR]]");
   const char *src = argv[1];
   const int steps = argc > 2 ? atoi(argv[2]) : 6;
+  timeline_dir = argc > 3 ? argv[3] : ".";
   if (steps <= WARMUP || (steps - WARMUP) * ROUNDS > 64) DIE("STEPS must lie in (%d, %d]", WARMUP, WARMUP + 64 / ROUNDS);
   // make demo's model (deploy/example-job.yaml): ~10M parameters, Qwen3-style.
   const eng_config c = {ENG_ARCH_QWEN3, 256, 384, 6, 6, 2, 64, 1024, 4096, 10000.0f, 1e-6f, 0.02f, 1, 0, 1};
@@ -156,6 +197,8 @@ int main(int argc, char **argv) {
          prof.name, prof.gemm_flops / 1e9, prof.attn_flops / 1e9, link / 1e9, k.bnd / 1048576.0, 1e3 * k.t_fwd,
          spill / 1e9);
 
+  bench_cfg = &c;
+  bench_prof = &prof;
   eng_plan_opts o;
   eng_plan_opts_defaults(&o);
   eng_plan milp, every4, host;
@@ -171,9 +214,9 @@ int main(int argc, char **argv) {
 
   measured mm = {0}, m4 = {0}, mh = {0};
   for (int r = 0; r < ROUNDS; r++) { // alternating, so that drift on a noisy machine hits all
-    run(&s, &milp, st, steps, &mm);
-    run(&s, &every4, st, steps, &m4);
-    run(&s, &host, st, steps, &mh);
+    run("program", &s, &milp, st, steps, &mm);
+    run("every-4", &s, &every4, st, steps, &m4);
+    run("all-host", &s, &host, st, steps, &mh);
   }
   report("program", &milp, &mm);
   report("every-4", &every4, &m4);

@@ -4,8 +4,10 @@
 # that cannot hold every boundary on the device, both policies trained
 # alternately in one run after calibrating this machine; prints measured
 # step times beside the simulator's predictions and measured tier bytes
-# beside the predicted peaks. Last line: "plan_run: program's plan <x>x over
-# every-4 measured (<y>x predicted); step time predicted within <p>%".
+# beside the predicted peaks, with links capped so that transfers take real
+# time. Last line: "plan_run: program's plan <x>x over every-4 measured
+# (<y>x predicted); step time predicted within <p>%; exposed transfer <q>%
+# of step".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -16,4 +18,7 @@ if [ ! -x "$BENCH" ]; then
   exit 1
 fi
 echo "machine: $(nproc) threads, $(uptime | sed 's/.*load/load/')"
-exec "$BENCH" "$PWD" "$STEPS"
+TIMELINES=${TIMELINES:-$BUILD_DIR/plan_run}
+mkdir -p "$TIMELINES"
+echo "timelines (measured and predicted, last step of each policy): $TIMELINES/*.svg"
+exec "$BENCH" "$PWD" "$STEPS" "$TIMELINES"

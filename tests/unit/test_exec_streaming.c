@@ -175,8 +175,29 @@ int main(void) {
     printf("plan with device, host, store and recomputed boundaries, %d transfers in ranges, cap %zu: bit-identical\n",
            pl.n_xfer, s.device_cap);
     grads_free(&got);
-    s.device_cap--;
+    // The step's timeline: each layer's forward and backward, the head, the
+    // recompute of the blocks' interiors, every piece on each of its lanes.
     eng_run *r = NULL;
+    CHECK_OK(eng_open(&s, &r, &e), &e);
+    eng_metrics m;
+    CHECK_OK(eng_step_batch(r, ids, labels, &m, &e), &e);
+    const eng_plan_span *sp;
+    int n_sp = eng_timeline(r, &sp), count[128] = {0};
+    for (int i = 0; i < n_sp; i++) {
+      CHECK(sp[i].t0 >= 0 && sp[i].t0 <= sp[i].t1 && sp[i].t1 <= m.t_total, "span %s at %g..%g s of a %g s step",
+            sp[i].what, sp[i].t0, sp[i].t1, m.t_total);
+      count[(unsigned char)sp[i].what[0] & 127]++;
+    }
+    int rec = 0;
+    for (int l = 0; l < LAYERS; l++) rec += place[l] == ENG_PLACE_NONE;
+    CHECK(count['F'] == LAYERS && count['B'] == LAYERS && count['H'] == 1 && count['R'] == rec && count['b'] >= pl.n_xfer &&
+          count['w'] >= 2 * LAYERS && count['g'] == LAYERS + 1,
+          "timeline: %d F, %d B, %d H, %d R, %d b, %d w, %d g spans", count['F'], count['B'], count['H'], count['R'],
+          count['b'], count['w'], count['g']);
+    printf("timeline of a step: %d spans (%d transfers of boundaries)\n", n_sp, count['b']);
+    eng_close(r);
+    s.device_cap--;
+    r = NULL;
     CHECK(eng_open(&s, &r, &e) == ENG_ECAP && !r, "the plan's arena less one byte was not refused");
     printf("one byte less: %s\n", e.msg);
     eng_plan_free(&pl);
