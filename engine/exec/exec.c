@@ -183,6 +183,9 @@ static void span_add(eng_exec *x, eng_span_lane lane, double t0, double t1, cons
   else snprintf(sp->what, sizeof sp->what, "%s", what);
 }
 
+// A shard as the simulator names it on a timeline: its layer, -1 the head.
+static int span_layer(const eng_exec *x, int shard) { return shard == x->L + 1 ? -1 : shard - 1; }
+
 int eng_exec_timeline(const eng_exec *x, const eng_plan_span **spans) {
   int n = atomic_load(&x->n_spans);
   *spans = x->spans;
@@ -251,7 +254,7 @@ static void copy_in_run(void *arg) {
     version_wait(x, j->shard, j->need);
     x->ops->weights_in(x, j->slot, dst, streamed(x, j->shard), m->shards[j->shard].numel * wz);
   }
-  span_add(x, ENG_SPAN_H2D, t0, eng_now(), "w", j->shard);
+  span_add(x, ENG_SPAN_H2D, t0, eng_now(), "w", span_layer(x, j->shard));
 }
 
 static void sched_submit(eng_exec *x, int i) {
@@ -298,7 +301,7 @@ static void copy_out_run(void *arg) {
   omp_set_num_threads(1); // beside compute: no OpenMP team of its own
   double t0 = eng_now();
   x->ops->grad_out(x, j->slot, j->shard);
-  span_add(x, ENG_SPAN_D2H, t0, eng_now(), "g", j->shard);
+  span_add(x, ENG_SPAN_D2H, t0, eng_now(), "g", span_layer(x, j->shard));
   if (x->early) eng_worker_submit(&x->optim, opt_run, round_job(x, x->rounds + 1, j->shard));
 }
 
