@@ -35,29 +35,18 @@ typedef struct cuda_own {
   int32_t *targets;   // [B*T] the run's targets
 } cuda_own;
 
-typedef struct own_carve {
-  char *base;
-  size_t off;
-} own_carve;
-
-static void *own_take(own_carve *cv, size_t bytes) {
-  void *p = cv->base ? cv->base + cv->off : NULL;
-  cv->off += (bytes + 255) & ~(size_t)255;
-  return p;
-}
-
 // One function both sizes (base NULL) and binds the own region; every
 // buffer starts 256-byte aligned, as the kernels want.
 static size_t own_layout(cuda_own *o, char *base, const eng_config *c, const eng_exec_policy *p) {
   eng_layout lo;
   eng_layout_init(&lo, c);
   const size_t slot = exec_slot_values(&lo);
-  own_carve cv = {base, 0};
-  for (int i = 0; i < 2; i++) o->gout[i] = p->grad_bf16 ? own_take(&cv, slot * sizeof(eng_bf16)) : NULL;
-  o->fin_scratch = own_take(&cv, eng_cuda_grad_finish_scratch_bytes(slot));
-  o->sumsq = own_take(&cv, (size_t)lo.n_shards * sizeof(double));
-  o->loss = own_take(&cv, sizeof(double));
-  o->targets = own_take(&cv, (size_t)p->batch * p->seq_len * sizeof(int32_t));
+  eng_cuda_carve cv = {base, 0};
+  for (int i = 0; i < 2; i++) o->gout[i] = p->grad_bf16 ? eng_cuda_carve_take(&cv, slot * sizeof(eng_bf16)) : NULL;
+  o->fin_scratch = eng_cuda_carve_take(&cv, eng_cuda_grad_finish_scratch_bytes(slot));
+  o->sumsq = eng_cuda_carve_take(&cv, (size_t)lo.n_shards * sizeof(double));
+  o->loss = eng_cuda_carve_take(&cv, sizeof(double));
+  o->targets = eng_cuda_carve_take(&cv, (size_t)p->batch * p->seq_len * sizeof(int32_t));
   return cv.off;
 }
 

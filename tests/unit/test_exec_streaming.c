@@ -15,10 +15,10 @@
 #include "check.h"
 #include "route.h"
 #include "model/layout.h"
-#include "storage/store.h"
 #include "tiny.h"
 #include "unit/grads.h"
 #include "unit/tmpdir.h"
+#include "unit/spill.h"
 
 // Wide MLPs and short sequences make layers heavy next to activations, so
 // the smallest cap holds much less than the model (~0.9M parameters).
@@ -156,17 +156,13 @@ int main(void) {
                                             ENG_PLACE_HOST,   ENG_PLACE_STORE, ENG_PLACE_NONE,  ENG_PLACE_HOST};
     static const uint8_t keep[LAYERS] = {1, 0, 0, 1, 0, 1, 0, 1};
     tmp_make();
-    store_options o;
-    store_options_defaults(&o);
-    store *st;
-    CHECK_OK(store_open(&st, tmp_path("spill"), &o, &e), &e);
-    eng_store es;
-    CHECK_OK(store_engine_open(&es, st, "plan", 0, &e), &e);
+    spill sp;
+    spill_open(&sp, "spill", "plan");
     eng_plan pl;
     eng_spec s = base;
     ranged_plan(&pl, &s, place, keep);
     s.plan = &pl;
-    s.spill = &es;
+    s.spill = &sp.es;
     CHECK_OK(eng_spec_device_bytes(&s, &s.device_cap, &e), &e);
     result got;
     grads_run(&s, &got, ids, labels);
@@ -181,12 +177,12 @@ int main(void) {
     CHECK_OK(eng_open(&s, &r, &e), &e);
     eng_metrics m;
     CHECK_OK(eng_step_batch(r, ids, labels, &m, &e), &e);
-    const eng_plan_span *sp;
-    int n_sp = eng_timeline(r, &sp), count[128] = {0};
+    const eng_plan_span *tl;
+    int n_sp = eng_timeline(r, &tl), count[128] = {0};
     for (int i = 0; i < n_sp; i++) {
-      CHECK(sp[i].t0 >= 0 && sp[i].t0 <= sp[i].t1 && sp[i].t1 <= m.t_total, "span %s at %g..%g s of a %g s step",
-            sp[i].what, sp[i].t0, sp[i].t1, m.t_total);
-      count[(unsigned char)sp[i].what[0] & 127]++;
+      CHECK(tl[i].t0 >= 0 && tl[i].t0 <= tl[i].t1 && tl[i].t1 <= m.t_total, "span %s at %g..%g s of a %g s step",
+            tl[i].what, tl[i].t0, tl[i].t1, m.t_total);
+      count[(unsigned char)tl[i].what[0] & 127]++;
     }
     int rec = 0;
     for (int l = 0; l < LAYERS; l++) rec += place[l] == ENG_PLACE_NONE;
@@ -201,8 +197,7 @@ int main(void) {
     CHECK(eng_open(&s, &r, &e) == ENG_ECAP && !r, "the plan's arena less one byte was not refused");
     printf("one byte less: %s\n", e.msg);
     eng_plan_free(&pl);
-    es.close(es.ctx);
-    store_close(st);
+    spill_close(&sp);
     tmp_cleanup();
   }
 

@@ -10,10 +10,10 @@
 #include "check.h"
 #include "plan/cost.h"
 #include "plan/planner.h"
-#include "storage/store.h"
 #include "tiny.h"
 #include "unit/grads.h"
 #include "unit/tmpdir.h"
+#include "unit/spill.h"
 
 enum { LAYERS = 8, BATCH = 4, SEQ = 32, MICRO = 2 };
 
@@ -70,19 +70,15 @@ static void run_plan(const eng_spec *base, const eng_plan *pl, const result *ref
 int main(void) {
   tmp_make();
   eng_err e = {0};
-  store_options o;
-  store_options_defaults(&o);
-  store *st;
-  CHECK_OK(store_open(&st, tmp_path("spill"), &o, &e), &e);
-  eng_store es;
-  CHECK_OK(store_engine_open(&es, st, "plans", 0, &e), &e);
+  spill sp;
+  spill_open(&sp, "spill", "plans");
 
   eng_spec base;
   tiny_spec(&base, LAYERS);
   base.batch = BATCH;
   base.seq_len = SEQ;
   base.micro_batches = BATCH / MICRO;
-  base.spill = &es;
+  base.spill = &sp.es;
   size_t n = (size_t)BATCH * SEQ;
   int32_t ids[BATCH * SEQ], labels[BATCH * SEQ];
   for (size_t i = 0; i < n; i++) {
@@ -116,8 +112,7 @@ int main(void) {
   CHECK(t.plans >= 5 && t.host && t.store && t.recompute, "the plans do not use every tier (%d plans: host %d, "
         "store %d, recompute %d)", t.plans, t.host, t.store, t.recompute);
   grads_free(&ref);
-  es.close(es.ctx);
-  store_close(st);
+  spill_close(&sp);
   tmp_cleanup();
   return 0;
 }

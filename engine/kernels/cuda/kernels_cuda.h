@@ -160,6 +160,15 @@ size_t eng_cuda_grad_finish_scratch_bytes(size_t n);
 
 // ---- one transformer layer (exec/layer.h's composition) --------------------------
 
+// Buffers carved from a region (base NULL: only counted), each starting
+// 256-byte aligned as the kernels want; the layouts of layout.c and the
+// executor's own region use it.
+typedef struct eng_cuda_carve {
+  char *base;
+  size_t off;
+} eng_cuda_carve;
+void *eng_cuda_carve_take(eng_cuda_carve *cv, size_t bytes);
+
 // Refuses a config the cuda kernels cannot run (head_dim).
 int eng_cuda_check_config(const eng_config *c, eng_err *e);
 

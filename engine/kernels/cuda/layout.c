@@ -17,19 +17,16 @@ int eng_cuda_check_config(const eng_config *c, eng_err *e) {
   return 0;
 }
 
-// One layout function both sizes (base NULL) and binds the structs, so the
-// bytes counted are the bytes used. Every field starts 256-byte aligned.
-typedef struct carve {
-  char *base;
-  size_t off;
-} carve;
-
-static void *take_bytes(carve *cv, size_t bytes) {
+void *eng_cuda_carve_take(eng_cuda_carve *cv, size_t bytes) {
   void *p = cv->base ? cv->base + cv->off : NULL;
   cv->off += (bytes + 255) & ~(size_t)255;
   return p;
 }
-#define take(T, cv, count) ((T *)take_bytes((cv), (count) * sizeof(T)))
+
+// One layout function both sizes (base NULL) and binds the structs, so the
+// bytes counted are the bytes used.
+typedef eng_cuda_carve carve;
+#define take(T, cv, count) ((T *)eng_cuda_carve_take((cv), (count) * sizeof(T)))
 
 static void acts_layout(eng_cuda_layer_acts *a, carve *cv, const eng_config *c, int B, int T) {
   const size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
