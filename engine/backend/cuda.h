@@ -19,7 +19,7 @@
 //   is kept and returned by eng_dev_cuda_sync; every message carries
 //   file:line and CUDA's reason. Without a driver or a GPU, opening fails
 //   with ENG_EDEVICE and "no CUDA device: <reason>"; a build without CUDA
-//   has a stub that fails with ENG_ENOTSUP (and counts no device, ENG_EDEVICE).
+//   has stubs that fail with ENG_EDEVICE (ENG_DEV_NO_CUDA).
 //
 // Threads: the ops may be called from any thread (each direction is
 // serialised). The thread that launches kernels on the compute stream calls
@@ -94,7 +94,7 @@ static inline int eng_dev_open_cuda(eng_dev **out, int ordinal, size_t cap, eng_
   (void)ordinal;
   (void)cap;
   *out = NULL;
-  return eng_err_set(e, ENG_ENOTSUP, ENG_DEV_NO_CUDA);
+  return eng_err_set(e, ENG_EDEVICE, ENG_DEV_NO_CUDA);
 }
 
 #endif
