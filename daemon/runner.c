@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec_plan.h"
 #include "planning.h"
 
 struct runner {
@@ -63,33 +62,33 @@ static int save(runner *r, eng_run *run, const eng_store *st, eng_err *e) {
 }
 
 // The job's plan: the one it was first planned with, or a new one, which
-// goes to the loop to be kept with the job. Its policy goes into p->eng.
+// goes to the loop to be kept with the job. p keeps it for the engine
+// (p->eng.plan), which takes the policy, the split and the transfers from it.
 static int plan_apply(runner *r, spec_plan *p, eng_err *e) {
-  eng_plan pl;
-  int rc = p->plan_json ? eng_plan_from_json(p->plan_json, &pl, e) : planning_make(r->planning, &p->eng, &pl, NULL, NULL, e);
-  if (rc) return eng_err_prefix(e, "planning: ");
+  eng_plan *pl = malloc(sizeof *pl);
+  if (!pl) return eng_err_set(e, ENG_ENOMEM, "planning: cannot allocate the plan");
+  int rc = p->plan_json ? eng_plan_from_json(p->plan_json, pl, e) : planning_make(r->planning, &p->eng, pl, NULL, NULL, e);
+  if (rc) {
+    free(pl);
+    return eng_err_prefix(e, "planning: ");
+  }
+  p->plan = pl;
+  p->eng.plan = pl;
+  p->eng.micro_batches = pl->n_micro;
   if (!p->plan_json) {
     runner_msg *m = msg_new(r, RUN_PLANNED);
-    if (m && eng_plan_to_json(&pl, &m->text, e) == 0) {
+    if (m && eng_plan_to_json(pl, &m->text, e) == 0) {
       snprintf(m->error, sizeof m->error,
                "planned (%s, profile %s): micro-batches of %d, predicted %.0f tokens/s, step %.3f s "
                "(recompute %.3f s, exposed transfer %.3f s); %s, gap %.2f%%, solved in %.2f s",
-               pl.method, pl.profile, pl.micro_batch, pl.tokens_per_s, pl.step_time, pl.t_recompute,
-               pl.t_exposed, pl.optimal ? "optimal" : "not proven optimal", 100 * pl.gap, pl.solve_time);
+               pl->method, pl->profile, pl->micro_batch, pl->tokens_per_s, pl->step_time, pl->t_recompute,
+               pl->t_exposed, pl->optimal ? "optimal" : "not proven optimal", 100 * pl->gap, pl->solve_time);
       post(r, m);
     } else {
       free(m); // the job still runs its plan; a restart plans it again
     }
   }
-  const int L = p->eng.config.n_layers;
-  p->place = calloc((size_t)L, sizeof *p->place);
-  p->keep = calloc((size_t)L, sizeof *p->keep);
-  rc = !p->place || !p->keep ? eng_err_set(e, ENG_ENOMEM, "planning: cannot allocate the policy")
-                             : eng_exec_plan_policy(&pl, L, p->place, p->keep, &p->eng.micro_batches, e);
-  p->eng.plan_place = p->place;
-  p->eng.plan_keep = p->keep;
-  eng_plan_free(&pl);
-  return rc;
+  return 0;
 }
 
 // eng_spec.note, on the runner thread.

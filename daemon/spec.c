@@ -95,8 +95,8 @@ void spec_plan_free(spec_plan *p) {
   free(p->train_path);
   free(p->eval_path);
   free(p->plan_json);
-  free(p->place);
-  free(p->keep);
+  if (p->plan) eng_plan_free(p->plan);
+  free(p->plan);
   eng_fs_free(p->fs);
   memset(p, 0, sizeof *p);
 }

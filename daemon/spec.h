@@ -24,8 +24,7 @@ typedef struct spec_plan {
   eng_fs *fs;             // the roots the engine opens them under (eng.fs), or NULL
   int use_planner;        // spec.device.plan: the planner chooses the policy
   char *plan_json;        // the plan already made for the job (a resume), or NULL
-  eng_place *place;       // the plan's policy once applied (eng.plan_place points here)
-  uint8_t *keep;          // (eng.plan_keep points here)
+  eng_plan *plan;         // the plan the job runs, once applied (eng.plan points here), or NULL
 } spec_plan;
 
 // The file policy over the roots (engine/common/fs_open.h) that every file

@@ -66,7 +66,7 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
 #define BAD(...) return eng_err_set(e, ENG_EINVAL, "spec: " __VA_ARGS__)
   if (s->seq_len < 2) BAD("seq_len must be at least 2 (got %d)", s->seq_len);
   if (s->batch < 1) BAD("batch must be positive (got %d)", s->batch);
-  if (s->micro_batches < 1 || s->batch % s->micro_batches)
+  if (!s->plan && (s->micro_batches < 1 || s->batch % s->micro_batches)) // a plan's split: plan_check
     BAD("micro_batches (%d) must be positive and divide batch (%d)", s->micro_batches, s->batch);
   if (!(s->lr >= 0) || !(s->min_lr >= 0)) BAD("lr and min_lr must be non-negative");
   if (!(s->beta1 >= 0 && s->beta1 < 1) || !(s->beta2 >= 0 && s->beta2 < 1))
@@ -120,8 +120,32 @@ static eng_exec_policy spec_policy(const eng_spec *s) {
                            .grad_bf16 = s->grad_dtype == ENG_GRAD_BF16};
 }
 
+// A plan checked against the spec and its model c, naming the field that
+// differs: made for this model, batch and sequence length, its batch split
+// into its micro-batches, and the spec's split the same. The executor checks
+// the rest (its boundaries, kept layers and transfers) as it lays them out.
+static int plan_check(const eng_spec *s, const eng_config *c, eng_err *e) {
+#define BAD(...) return eng_err_set(e, ENG_EINVAL, "spec: plan: " __VA_ARGS__)
+  const eng_plan *p = s->plan;
+  if (s->plan_place || s->plan_keep) BAD("given together with plan_place/plan_keep; give one policy");
+  if (!p->bnd || !p->keep_inner) BAD("has no boundaries (not made by eng_plan_init, eng_plan_load or the planner)");
+  if (p->n_layers != c->n_layers) BAD("n_layers is %d, the model has %d layers", p->n_layers, c->n_layers);
+  if (p->batch != s->batch) BAD("batch is %d, the spec's batch is %d", p->batch, s->batch);
+  if (p->seq_len != s->seq_len) BAD("seq_len is %d, the spec's seq_len is %d", p->seq_len, s->seq_len);
+  if (p->micro_batch < 1 || p->n_micro < 1 || (int64_t)p->micro_batch * p->n_micro != p->batch)
+    BAD("batch %d is not n_micro %d micro-batches of micro_batch %d", p->batch, p->n_micro, p->micro_batch);
+  if (s->micro_batches != p->n_micro)
+    BAD("n_micro is %d, the spec's micro_batches is %d (set it to the plan's)", p->n_micro, s->micro_batches);
+  return 0;
+#undef BAD
+}
+
 // The executor's arena for the spec; a device problem names the field.
 static int spec_tiers(const eng_spec *s, const eng_config *cfg, eng_exec_tiers *t, eng_err *e) {
+  if (s->plan) {
+    int rc = plan_check(s, cfg, e);
+    if (rc) return rc;
+  }
   eng_exec_policy pol = spec_policy(s);
   int rc = eng_exec_tiers_of(cfg, &pol, t, e);
   if (rc == ENG_EDEVICE || (rc == ENG_ENOTSUP && s->device_gpu >= 0))
@@ -235,6 +259,9 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   r->spec.train_path = r->train_path;
   r->spec.eval_path = r->eval_path;
   r->spec.config = cfg;
+  r->spec.plan = NULL; // the caller's, read by open only (the executor holds what it takes from it)
+  r->spec.plan_place = NULL;
+  r->spec.plan_keep = NULL;
   r->last_eval = NAN;
   r->lag_scale = NAN;
   size_t bt = (size_t)spec->batch * spec->seq_len;

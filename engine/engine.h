@@ -26,9 +26,10 @@ typedef enum { ENG_OPT_ADAMW = 0, ENG_OPT_ADAMW8 = 1 } eng_optimizer;
 // The embedding's gradient is always fp32: the host scatter accumulates into it.
 typedef enum { ENG_GRAD_BF16 = 0, ENG_GRAD_F32 = 1 } eng_grad_dtype;
 
-// Where the boundary checkpoints of the forward live.
-// (STORE: the spill store's act entries, i.e. NVMe through storage/.)
-// NONE: not kept at all; the backward recomputes it (plans only).
+// Where the boundary checkpoints of the forward live, as the executor names
+// it (a plan, plan/plan.h, says the same with a materialised flag and an
+// eng_tier: DEVICE, HOST, NVME). STORE: the spill store's act entries, i.e.
+// NVMe through storage/. NONE: not kept at all; the backward recomputes it.
 typedef enum { ENG_PLACE_DEVICE = 0, ENG_PLACE_HOST = 1, ENG_PLACE_STORE = 2, ENG_PLACE_NONE = 3 } eng_place;
 
 typedef struct eng_metrics {
@@ -78,7 +79,7 @@ typedef struct eng_spec {
   int eval_batches;       // batches per evaluation (default 4)
   int seq_len;            // T
   int batch;              // sequences per step (the global batch)
-  int micro_batches;      // batch is split into this many (must divide batch)
+  int micro_batches;      // batch is split into this many (must divide batch; with a plan, its n_micro)
 
   // Optimizer and schedule: linear warmup to lr, cosine decay to min_lr at total_steps.
   eng_optimizer optimizer;
@@ -99,22 +100,29 @@ typedef struct eng_spec {
   // optimizer thread; it needs a build with CUDA (ENG_EDEVICE otherwise).
   int device_gpu;
 
-  // Streaming policy until the planner exists (DESIGN §2).
+  // Streaming policy (DESIGN §2, §3): a plan, or the uniform policy.
   size_t device_cap;      // bytes of device arena allowed; on a GPU, 0 allows all
                           // the memory it has free (less a margin for its libraries)
-  int ckpt_every;         // boundary checkpoint every k layers (0: only the first)
+  // A plan (plan/plan.h: made by the planner, or loaded with eng_plan_load):
+  // per boundary kept or recomputed and in which tier, per layer whether it
+  // keeps its inner activations, the micro-batch split, and the transfers
+  // that the executor performs window by window. It must be made for this
+  // model's n_layers, batch and seq_len, and micro_batches must be its
+  // n_micro: eng_open refuses it otherwise, naming the field. Read by
+  // eng_open, eng_spec_device_bytes and eng_spec_host_bytes only (the run
+  // keeps no pointer to it). NULL: the uniform policy below.
+  const eng_plan *plan;
+  // The uniform policy: a boundary checkpoint every ckpt_every layers (0: only
+  // the first), all in ckpt_place, and keep_acts for every layer.
+  int ckpt_every;
   eng_place ckpt_place;
-  const eng_store *spill;   // where ENG_PLACE_STORE puts checkpoints (must have act_*)
+  const eng_store *spill;   // where ENG_PLACE_STORE (a plan's ENG_TIER_NVME) puts boundaries (must have act_*)
   int keep_acts;          // keep every layer's inner activations on the device
-  // A plan's policy instead of the uniform one (engine/exec/exec.h): per
-  // boundary placement and per layer keep flags, n_layers entries each; the
-  // arrays are read by eng_open and eng_spec_device_bytes only.
+  // Deprecated, for the executor's tests until they pass plans: the
+  // executor's raw per-boundary places and per-layer keep flags (n_layers
+  // entries each; boundaries off the device move whole). Not with plan.
   const eng_place *plan_place;
   const uint8_t *plan_keep;
-  // A plan (plan/plan.h) instead: its placement and its transfers, which the
-  // executor performs window by window; read by eng_open and
-  // eng_spec_device_bytes only. micro_batches must be the plan's n_micro.
-  const eng_plan *plan;
   // Bandwidth caps of the cpu backend's links, bytes per second (0: none):
   // copies to and from the arena (each direction; PCIe on a GPU) and the
   // store lanes (each of write and read; the spill store's NVMe), so that a

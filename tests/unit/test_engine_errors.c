@@ -1,7 +1,8 @@
 // Bad input to the engine's API gets a clear error naming what is wrong, never
-// a crash: spec fields, the device, model directories, token ids outside the
-// vocabulary.
+// a crash: spec fields, a plan made for another job, the device, model
+// directories, token ids outside the vocabulary.
 #define _XOPEN_SOURCE 700
+#include <math.h>
 #include <string.h>
 
 #include "check.h"
@@ -24,10 +25,66 @@ static void write_text(const char *path, const char *text) {
   fclose(f);
 }
 
+static size_t device_bytes(const eng_spec *s) {
+  eng_err e = {0};
+  size_t n;
+  CHECK_OK(eng_spec_device_bytes(s, &n, &e), &e);
+  return n;
+}
+
+// eng_spec.plan: a plan made for another job is refused naming the field
+// that differs; a plan that keeps only boundary 0 (the backward recomputes
+// the rest) sizes as the uniform policy that does the same and trains.
+static void plans(const eng_spec *base) {
+  const int L = base->config.n_layers;
+  eng_err e = {0};
+  eng_plan p, other;
+  CHECK_OK(eng_plan_init(&other, L + 1, &e), &e);
+  CHECK_OK(eng_plan_init(&p, L, &e), &e);
+  p.batch = p.micro_batch = base->batch, p.n_micro = 1, p.seq_len = base->seq_len;
+  p.bnd_bytes = (uint64_t)base->batch * base->seq_len * base->config.d_model * sizeof(float); // the cpu's
+  p.row_bytes = (uint64_t)base->config.d_model * sizeof(float);
+  other.batch = p.batch, other.micro_batch = p.micro_batch, other.n_micro = 1, other.seq_len = p.seq_len;
+  eng_spec s = *base;
+  s.plan = &other;
+  expect(&s, ENG_EINVAL, "n_layers is 3, the model has 2 layers");
+  s.plan = &p;
+  p.batch = p.micro_batch = 2 * base->batch;
+  expect(&s, ENG_EINVAL, "batch is 8, the spec's batch is 4");
+  p.batch = p.micro_batch = base->batch, p.seq_len = base->seq_len / 2;
+  expect(&s, ENG_EINVAL, "seq_len is 32, the spec's seq_len is 64");
+  p.seq_len = base->seq_len, p.micro_batch = 3;
+  expect(&s, ENG_EINVAL, "not n_micro 1 micro-batches of micro_batch 3");
+  p.micro_batch = base->batch / 2, p.n_micro = 2;
+  expect(&s, ENG_EINVAL, "n_micro is 2, the spec's micro_batches is 1");
+  s.micro_batches = 3; // the plan's message, not the spec's split
+  expect(&s, ENG_EINVAL, "the spec's micro_batches is 3");
+  s.micro_batches = 1, p.micro_batch = base->batch, p.n_micro = 1;
+  p.bnd[0].materialised = 0;
+  expect(&s, ENG_EINVAL, "boundary 0");
+  p.bnd[0].materialised = 1;
+
+  eng_spec u = *base;
+  u.ckpt_every = 0;
+  CHECK(device_bytes(&s) == device_bytes(&u), "the plan sizes %zu bytes, the uniform policy %zu", device_bytes(&s),
+        device_bytes(&u));
+  eng_run *r;
+  CHECK_OK(eng_open(&s, &r, &e), &e);
+  eng_plan_free(&p); // the run keeps nothing of it
+  eng_plan_free(&other);
+  eng_metrics m;
+  CHECK_OK(eng_step(r, &m, &e), &e);
+  CHECK(isfinite(m.loss), "a step under the plan: loss %g", m.loss);
+  printf("a plan recomputing every boundary but 0 sizes as the uniform policy (%zu bytes) and trains: loss %.4f\n",
+         device_bytes(&u), m.loss);
+  eng_close(r);
+}
+
 int main(void) {
   tmp_make();
   eng_spec base, s;
   tiny_spec(&base, 2);
+  plans(&base);
 
   s = base, s.micro_batches = 3;
   expect(&s, ENG_EINVAL, "micro_batches");
@@ -39,9 +96,6 @@ int main(void) {
   expect(&s, ENG_EINVAL, "beta");
   s = base, s.eps = 0;
   expect(&s, ENG_EINVAL, "eps");
-  eng_place no_first[2] = {ENG_PLACE_NONE, ENG_PLACE_DEVICE};
-  s = base, s.plan_place = no_first;
-  expect(&s, ENG_EINVAL, "boundary 0");
   s = base, s.eval_every = 5;
   expect(&s, ENG_EINVAL, "eval_path");
   s = base, s.config.n_kv_heads = 3;
