@@ -16,7 +16,6 @@
 #include "plan/sim.h"
 
 enum { NVME_PROBE_BYTES = 64 << 20 };
-static const double CALIBRATE_SECONDS = 10;
 
 struct planning {
   uv_mutex_t mu; // one calibration at a time
@@ -87,7 +86,8 @@ static int profile_for(planning *p, const eng_spec *s, eng_profile *out, eng_err
       rc = eng_profile_load(path, out, e);
     } else {
       rc = nvme_probe(p, e);
-      if (!rc) rc = eng_profile_calibrate_cpu(c, s->batch, s->seq_len, (double)s->device_cap, CALIBRATE_SECONDS, out, e);
+      if (!rc)
+        rc = eng_profile_calibrate_cpu(c, s->batch, s->seq_len, (double)s->device_cap, ENG_CALIBRATE_SECONDS, out, e);
       if (rc) return rc;
       struct statvfs fs;
       double free_bytes = statvfs(p->state_dir, &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize : 0;

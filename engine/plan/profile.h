@@ -76,6 +76,8 @@ int eng_profile_validate(const eng_profile *p, const char *what, eng_err *e);
 // every other field is zero.
 int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_cap,
                               double max_seconds, eng_profile *p, eng_err *e);
+// The max_seconds that the daemon and traind-train give a calibration.
+#define ENG_CALIBRATE_SECONDS 10.0
 
 // Sets the spill store's measured bandwidths and free space.
 void eng_profile_set_nvme(eng_profile *p, double read_bytes_per_s, double write_bytes_per_s,

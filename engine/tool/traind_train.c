@@ -1,6 +1,7 @@
 // traind-train: the engine without the daemon. Trains a model from flags,
 // printing one line per step; used by `make demo`, the benchmarks and the GPU
-// machine (which has no daemon libraries).
+// machine (which has no daemon libraries). It runs a plan (DESIGN §3) from a
+// file in any build, and makes one (--plan auto) where the planner is built.
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +10,11 @@
 #include <sys/resource.h>
 
 #include "engine.h"
+#include "model/hf_io.h"
+#include "plan/profile.h"
+#ifdef TRAIND_HAVE_PLANNER
+#include "plan/planner.h"
+#endif
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -42,6 +48,19 @@ static void usage(FILE *f) {
           "  --ckpt-every K      boundary checkpoint every K layers (0: only the first)\n"
           "  --ckpt-host         keep boundary checkpoints in host memory\n"
           "  --keep-acts         keep every layer's activations on the device (no recompute)\n"
+          "  --plan auto|FILE    a plan instead of the three above: per boundary kept or\n"
+          "                      recomputed, on the device or in host memory, which layers\n"
+          "                      keep their activations, the micro-batch split. It is\n"
+          "                      printed before training.\n"
+          "                      auto: made by the planner for this machine: the cpu\n"
+          "                      backend calibrated at the job's shapes, --cap its\n"
+          "                      device bytes, the split its choice unless --micro is\n"
+          "                      given (a build without the planner, GLPK, refuses it).\n"
+          "                      FILE: a plan saved as JSON (traind-plan --format json\n"
+          "                      --out FILE); --batch, --seq and --micro default to its\n"
+          "                      own and must match it. traind-train has no spill store:\n"
+          "                      a plan with boundaries on NVMe is refused.\n"
+          "  --calibrate S       seconds --plan auto measures this machine for (default 10)\n"
           "state:\n"
           "  --save-dir DIR      save the training state there at the end (and --save-every N)\n"
           "  --resume            resume from the newest checkpoint in --save-dir first\n"
@@ -57,8 +76,10 @@ static void usage(FILE *f) {
           "                      differs from them in the last bits; a route the cpu lacks\n"
           "                      is refused\n"
           "\n"
-          "Output: 'step N loss X lr X tok/s X' per step, then a summary line.\n"
-          "Exit codes: 0 success, 1 training or I/O error, 2 bad usage.\n");
+          "Output: with --plan the plan's table, then 'step N loss X lr X tok/s X' per\n"
+          "step, then a summary line.\n"
+          "Exit codes: 0 success, 1 training, planning or I/O error, 2 bad usage (also\n"
+          "--plan auto in a build without the planner).\n");
 }
 
 static int preset(const char *name, eng_config *c) {
@@ -87,6 +108,63 @@ typedef struct opts {
   int quiet;
 } opts;
 
+// The flags --plan takes its place from.
+typedef struct given {
+  int batch, seq, micro, uniform; // uniform: --ckpt-every, --ckpt-host or --keep-acts
+} given;
+
+// --plan auto: the planner on this machine's profile, as the daemon plans a
+// job (DESIGN §3): the cpu backend calibrated at the job's shapes, the
+// device cap its device bytes. There is no spill tier here (no NVMe bytes).
+static int plan_auto(const eng_spec *s, const char *model_name, double calibrate, int micro_given, eng_plan *out,
+                     eng_err *e) {
+#ifdef TRAIND_HAVE_PLANNER
+  if (s->device_gpu >= 0)
+    return eng_err_set(e, ENG_EINVAL, "it calibrates the cpu backend, not a GPU: make a plan with traind-plan "
+                                      "and the GPU's profile, and run it with --plan FILE");
+  eng_config c = s->config; // the model's: model_dir's, or the flags'
+  eng_profile prof = {0};
+  int untied, rc = s->model_dir ? eng_hf_load_config(NULL, s->model_dir, &c, &untied, e) : 0;
+  if (!rc) rc = eng_profile_calibrate_cpu(&c, s->batch, s->seq_len, (double)s->device_cap, calibrate, &prof, e);
+  if (rc) return rc;
+  eng_profile_set_nvme(&prof, prof.d2h, prof.d2h, 0);
+  eng_plan_opts o;
+  eng_plan_opts_defaults(&o);
+  o.no_nvme = 1;
+  if (micro_given) o.micro_batch = s->batch / s->micro_batches;
+  return eng_plan_make(&c, model_name, s->batch, s->seq_len, &prof, &o, out, e);
+#else
+  (void)s, (void)model_name, (void)calibrate, (void)micro_given, (void)out;
+  return eng_err_set(e, ENG_ENOTSUP, "this build has no planner (GLPK was not found when it was configured; "
+                                     "deploy/install-deps.sh installs it); --plan FILE runs a plan made elsewhere "
+                                     "(traind-plan --format json)");
+#endif
+}
+
+// The plan of --plan (auto or a file) into s->plan: the flags that it
+// replaces and did not give take its values. Prints it unless quiet.
+static int plan_take(eng_spec *s, const char *arg, const char *model_name, double calibrate, const given *g,
+                     int quiet, eng_plan *plan, eng_err *e) {
+  int rc;
+  if (!strcmp(arg, "auto")) {
+    rc = plan_auto(s, model_name, calibrate, g->micro, plan, e);
+  } else {
+    rc = eng_plan_load(arg, plan, e);
+    if (!rc && !g->batch) s->batch = plan->batch;
+    if (!rc && !g->seq) s->seq_len = plan->seq_len;
+  }
+  if (rc) return rc;
+  if (!g->micro) s->micro_batches = plan->n_micro;
+  s->plan = plan;
+  char *table = NULL;
+  if (!quiet && (rc = eng_plan_table(plan, &table, e)) == 0) {
+    printf("plan (%s):\n%s", strcmp(arg, "auto") ? arg : "auto, this machine's calibrated profile", table);
+    fflush(stdout);
+  }
+  free(table);
+  return rc;
+}
+
 static int on_progress(void *ctx, const eng_metrics *m) {
   const opts *o = ctx;
   if (o->quiet) return 0;
@@ -109,12 +187,15 @@ int main(int argc, char **argv) {
   eng_spec_defaults(&s);
   preset("tiny", &s.config);
   int steps = 100, resume = 0, save_every = 0;
-  const char *save_dir = NULL, *export_dir = NULL;
+  const char *save_dir = NULL, *export_dir = NULL, *plan_arg = NULL, *model_name = "tiny";
+  double calibrate = ENG_CALIBRATE_SECONDS;
+  given g = {0};
   opts o = {0};
   enum { O_MODEL = 256, O_PRESET, O_ARCH, O_VOCAB, O_D, O_LAYERS, O_HEADS, O_KV, O_HD, O_FFN, O_TIE,
          O_DATA, O_EVAL, O_EVAL_EVERY, O_SEQ, O_BATCH, O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP,
          O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
-         O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_HELP };
+         O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_PLAN, O_CALIBRATE,
+         O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
       {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
@@ -128,17 +209,18 @@ int main(int argc, char **argv) {
       {"save-every", 1, 0, O_SAVE_EVERY}, {"resume", 0, 0, O_RESUME}, {"export", 1, 0, O_EXPORT},
       {"quiet", 0, 0, O_QUIET}, {"keep-acts", 0, 0, O_KEEP}, {"optim", 1, 0, O_OPTIM},
       {"grad-fp32", 0, 0, O_GRAD32}, {"clip-lagged", 0, 0, O_LAGGED}, {"opt-thread", 0, 0, O_OPT_THREAD},
-      {"gpu", 1, 0, O_GPU},
+      {"gpu", 1, 0, O_GPU}, {"plan", 1, 0, O_PLAN}, {"calibrate", 1, 0, O_CALIBRATE},
       {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
-    case O_MODEL: s.model_dir = optarg; break;
+    case O_MODEL: s.model_dir = model_name = optarg; break;
     case O_PRESET:
       if (preset(optarg, &s.config)) {
         fprintf(stderr, "traind-train: unknown preset \"%s\" (tiny, demo, bench5m, bench40m, 1b)\n", optarg);
         return 2;
       }
+      if (!s.model_dir) model_name = optarg;
       break;
     case O_ARCH:
       if (!strcmp(optarg, "llama")) s.config.arch = ENG_ARCH_LLAMA, s.config.qkv_bias = 0, s.config.qk_norm = 0;
@@ -160,9 +242,9 @@ int main(int argc, char **argv) {
     case O_DATA: s.train_path = optarg; break;
     case O_EVAL: s.eval_path = optarg; break;
     case O_EVAL_EVERY: s.eval_every = atoi(optarg); break;
-    case O_SEQ: s.seq_len = atoi(optarg); break;
-    case O_BATCH: s.batch = atoi(optarg); break;
-    case O_MICRO: s.micro_batches = atoi(optarg); break;
+    case O_SEQ: s.seq_len = atoi(optarg), g.seq = 1; break;
+    case O_BATCH: s.batch = atoi(optarg), g.batch = 1; break;
+    case O_MICRO: s.micro_batches = atoi(optarg), g.micro = 1; break;
     case O_STEPS: steps = atoi(optarg); break;
     case O_LR: s.lr = strtof(optarg, NULL); break;
     case O_MINLR: s.min_lr = strtof(optarg, NULL); break;
@@ -171,14 +253,14 @@ int main(int argc, char **argv) {
     case O_CLIP: s.clip = strtof(optarg, NULL); break;
     case O_SEED: s.seed = strtoull(optarg, NULL, 10); break;
     case O_CAP: s.device_cap = (size_t)strtoull(optarg, NULL, 10) << 20; break;
-    case O_CKPT: s.ckpt_every = atoi(optarg); break;
-    case O_CKPT_HOST: s.ckpt_place = ENG_PLACE_HOST; break;
+    case O_CKPT: s.ckpt_every = atoi(optarg), g.uniform = 1; break;
+    case O_CKPT_HOST: s.ckpt_place = ENG_PLACE_HOST, g.uniform = 1; break;
     case O_SAVE: save_dir = optarg; break;
     case O_SAVE_EVERY: save_every = atoi(optarg); break;
     case O_RESUME: resume = 1; break;
     case O_EXPORT: export_dir = optarg; break;
     case O_QUIET: o.quiet = 1; break;
-    case O_KEEP: s.keep_acts = 1; break;
+    case O_KEEP: s.keep_acts = 1, g.uniform = 1; break;
     case O_OPTIM:
       if (!strcmp(optarg, "adamw8")) s.optimizer = ENG_OPT_ADAMW8;
       else if (!strcmp(optarg, "adamw")) s.optimizer = ENG_OPT_ADAMW;
@@ -191,13 +273,17 @@ int main(int argc, char **argv) {
     case O_LAGGED: s.clip_lagged = 1; break;
     case O_OPT_THREAD: s.opt_thread = 1; break;
     case O_GPU: s.device_gpu = atoi(optarg); break;
+    case O_PLAN: plan_arg = optarg; break;
+    case O_CALIBRATE: calibrate = strtod(optarg, NULL); break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
   }
-  if (optind < argc || steps < 0 || (resume && !save_dir)) {
+  if (optind < argc || steps < 0 || (resume && !save_dir) || (plan_arg && g.uniform) || !(calibrate > 0)) {
     if (resume && !save_dir) fprintf(stderr, "traind-train: --resume needs --save-dir\n");
+    if (plan_arg && g.uniform)
+      fprintf(stderr, "traind-train: --plan replaces --ckpt-every, --ckpt-host and --keep-acts\n");
     usage(stderr);
     return 2;
   }
@@ -214,7 +300,15 @@ int main(int argc, char **argv) {
   eng_err e = {0};
   eng_run *r = NULL;
   eng_store st = {0};
+  eng_plan plan = {0};
+  int rc_plan;
+  if (plan_arg && (rc_plan = plan_take(&s, plan_arg, model_name, calibrate, &g, o.quiet, &plan, &e))) {
+    fprintf(stderr, "traind-train: --plan %s: %s\n", plan_arg, e.msg);
+    eng_plan_free(&plan);
+    return rc_plan == ENG_ENOTSUP ? 2 : 1;
+  }
   int rc = eng_open(&s, &r, &e);
+  eng_plan_free(&plan); // read by eng_open only
   if (!rc && save_dir) rc = eng_store_dir_open(&st, save_dir, &e);
   if (!rc && resume) {
     rc = eng_load(r, &st, &e);

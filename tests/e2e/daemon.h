@@ -65,16 +65,21 @@ static void td_atexit(void) {
   }
 }
 
+// The build directory: the test's own binary is <build>/tests/<name>.
+static inline const char *td_build_dir(void) {
+  static char exe[1024];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  CHECK(n > 0, "cannot read /proc/self/exe");
+  exe[n] = 0;
+  return dirname(dirname(exe));
+}
+
 // Binaries, the state directory and the data root (<tmp>/data).
 static inline void td_init(td *t) {
   memset(t, 0, sizeof *t);
   td_current = t;
   atexit(td_atexit);
-  char exe[1024];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  CHECK(n > 0, "cannot read /proc/self/exe");
-  exe[n] = 0;
-  char *build = dirname(dirname(exe));
+  const char *build = td_build_dir();
   snprintf(t->bin_traind, sizeof t->bin_traind, "%s/daemon/traind", build);
   snprintf(t->bin_trainctl, sizeof t->bin_trainctl, "%s/client/trainctl", build);
   CHECK(access(t->bin_traind, X_OK) == 0, "%s is not built", t->bin_traind);
