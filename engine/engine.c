@@ -112,8 +112,6 @@ static eng_exec_policy spec_policy(const eng_spec *s) {
                            .spill = s->spill,
                            .keep_acts = s->keep_acts,
                            .opt_thread = s->opt_thread,
-                           .place = s->plan_place,
-                           .keep = s->plan_keep,
                            .plan = s->plan,
                            .spill_bps = s->spill_bps,
                            .cuda = s->device_gpu >= 0,
@@ -127,7 +125,6 @@ static eng_exec_policy spec_policy(const eng_spec *s) {
 static int plan_check(const eng_spec *s, const eng_config *c, eng_err *e) {
 #define BAD(...) return eng_err_set(e, ENG_EINVAL, "spec: plan: " __VA_ARGS__)
   const eng_plan *p = s->plan;
-  if (s->plan_place || s->plan_keep) BAD("given together with plan_place/plan_keep; give one policy");
   if (!p->bnd || !p->keep_inner) BAD("has no boundaries (not made by eng_plan_init, eng_plan_load or the planner)");
   if (p->n_layers != c->n_layers) BAD("n_layers is %d, the model has %d layers", p->n_layers, c->n_layers);
   if (p->batch != s->batch) BAD("batch is %d, the spec's batch is %d", p->batch, s->batch);
@@ -260,8 +257,6 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   r->spec.eval_path = r->eval_path;
   r->spec.config = cfg;
   r->spec.plan = NULL; // the caller's, read by open only (the executor holds what it takes from it)
-  r->spec.plan_place = NULL;
-  r->spec.plan_keep = NULL;
   r->last_eval = NAN;
   r->lag_scale = NAN;
   size_t bt = (size_t)spec->batch * spec->seq_len;

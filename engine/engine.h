@@ -118,11 +118,6 @@ typedef struct eng_spec {
   eng_place ckpt_place;
   const eng_store *spill;   // where ENG_PLACE_STORE (a plan's ENG_TIER_NVME) puts boundaries (must have act_*)
   int keep_acts;          // keep every layer's inner activations on the device
-  // Deprecated, for the executor's tests until they pass plans: the
-  // executor's raw per-boundary places and per-layer keep flags (n_layers
-  // entries each; boundaries off the device move whole). Not with plan.
-  const eng_place *plan_place;
-  const uint8_t *plan_keep;
   // Bandwidth caps of the cpu backend's links, bytes per second (0: none):
   // copies to and from the arena (each direction; PCIe on a GPU) and the
   // store lanes (each of write and read; the spill store's NVMe), so that a

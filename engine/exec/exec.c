@@ -27,10 +27,8 @@ static int policy_sched(const eng_config *c, const eng_exec_policy *p, size_t bn
   eng_place place[L];
   uint8_t keep[L];
   for (int l = 0; l < L && !p->plan; l++) {
-    place[l] = p->place ? p->place[l]
-               : l == 0 || (p->ckpt_every > 0 && l % p->ckpt_every == 0) ? p->ckpt_place
-                                                                         : ENG_PLACE_NONE;
-    keep[l] = p->keep ? p->keep[l] != 0 : p->keep_acts != 0;
+    place[l] = l == 0 || (p->ckpt_every > 0 && l % p->ckpt_every == 0) ? p->ckpt_place : ENG_PLACE_NONE;
+    keep[l] = p->keep_acts != 0;
     if (place[l] < ENG_PLACE_DEVICE || place[l] > ENG_PLACE_NONE)
       return eng_err_set(e, ENG_EINVAL, "policy: boundary %d has an unknown place %d", l, place[l]);
   }
@@ -419,8 +417,7 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->m = m;
   x->dev = dev;
   x->p = *p;
-  x->p.place = NULL; // resolved into x->place / x->keep: the caller's arrays need not outlive open
-  x->p.keep = NULL;
+  x->p.plan = NULL; // resolved into x->win: the caller's plan need not outlive open
   x->L = c->n_layers;
   x->mb = p->batch / p->micro_batches;
   x->ops = ops;

@@ -33,16 +33,10 @@ typedef struct eng_exec_policy {
                     // device, so the backward does not recompute them
   int opt_thread;   // updates on the optimizer thread beside compute (as with a GPU),
                     // even when the device computes on the host cores
-  // Per boundary l (the input of layer l, 0 <= l < L) where it lives,
-  // ENG_PLACE_NONE where the backward recomputes it from the nearest kept
-  // boundary before it (boundary 0 must be kept); per layer whether it keeps
-  // its inner activations. NULL: the uniform policy. Boundaries off the
-  // device move whole, as the uniform policy's do (exec_sched.h).
-  const eng_place *place;
-  const uint8_t *keep;
-  // A plan (plan/plan.h): its placement, and its transfers performed window
-  // by window on the activation lanes. Takes precedence over place / keep
-  // and the uniform policy. Need not outlive eng_exec_open.
+  // A plan (plan/plan.h) instead of the uniform policy: its placement, and
+  // its transfers performed window by window on the activation lanes (the
+  // uniform policy's move whole boundaries: exec_sched.h). Need not outlive
+  // eng_exec_open.
   const eng_plan *plan;
   double spill_bps;   // the store lanes' bandwidth, each way (common/link.h; 0: none)
   // The device the arena is laid out for: the cpu backend computes in fp32

@@ -34,6 +34,7 @@
 
 #include "check.h"
 #include "model/layout.h"
+#include "plan_ranges.h"
 #include "tiny.h"
 #include "unit/tmpdir.h"
 
@@ -171,12 +172,14 @@ static void plans(const eng_spec *cpu) {
   mem_acts acts = {0};
   eng_store spill = {.ctx = &acts, .act_put = acts_put, .act_get = acts_get, .act_drop = acts_drop};
   eng_spec s = *cpu;
-  s.plan_place = place;
-  s.plan_keep = keep;
   s.spill = &spill;
+  eng_plan pl;
+  ranged_plan(&pl, &s, place, keep, 2); // the GPU's bf16 activations
+  s.plan = &pl;
   s = on_gpu(&s);
   traj got;
   train(&s, &got);
+  eng_plan_free(&pl);
   CHECK(acts.used == 0, "%d spilled boundaries were not dropped", acts.used);
   same_bits("plan (dev/none/host/store)", &got, &want, 0);
 

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "route.h"
 #include "model/layout.h"
+#include "plan_ranges.h"
 #include "tiny.h"
 #include "unit/grads.h"
 #include "unit/tmpdir.h"
@@ -31,52 +32,6 @@ static double rel_norm(const float *a, const float *b, size_t n) {
     r += (double)b[i] * b[i];
   }
   return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
-// Rows [k*rows/parts, (k+1)*rows/parts) of boundary i on `lane`, in window
-// w0 + k, clamped to w1.
-static void add_ranges(eng_plan *p, int i, eng_lane lane, int parts, int w0, int w1) {
-  eng_err e = {0};
-  uint64_t rows = p->bnd_bytes / p->row_bytes;
-  for (int k = 0; k < parts; k++) {
-    uint64_t r0 = rows * k / parts, r1 = rows * (k + 1) / parts;
-    int w = w0 + k < w1 ? w0 + k : w1;
-    CHECK_OK(eng_plan_xfer_add(p, i, lane, w, r0 * p->row_bytes, (r1 - r0) * p->row_bytes, &e), &e);
-  }
-}
-
-// A plan of place / keep for spec s whose off-device boundaries move in
-// ranges: out in three over the forward windows from their own, to the
-// store in two at the head, back from it in three just after, and in again
-// in two up to the window before their block's backward.
-static void ranged_plan(eng_plan *p, const eng_spec *s, const eng_place *place, const uint8_t *keep) {
-  const int L = s->config.n_layers;
-  eng_err e = {0};
-  CHECK_OK(eng_plan_init(p, L, &e), &e);
-  p->batch = s->batch;
-  p->seq_len = s->seq_len;
-  p->micro_batch = s->batch;
-  p->n_micro = 1;
-  p->act_bytes = sizeof(float);
-  p->row_bytes = (uint64_t)s->config.d_model * sizeof(float);
-  p->bnd_bytes = (uint64_t)s->batch * s->seq_len * p->row_bytes;
-  for (int i = 0; i < L; i++) {
-    p->bnd[i].materialised = place[i] != ENG_PLACE_NONE;
-    p->bnd[i].tier = place[i] == ENG_PLACE_HOST ? ENG_TIER_HOST : place[i] == ENG_PLACE_STORE ? ENG_TIER_NVME
-                                                                                           : ENG_TIER_DEVICE;
-    p->keep_inner[i] = keep[i];
-  }
-  CHECK_OK(eng_plan_structure(p, &e), &e);
-  for (int i = 0; i < L; i++) {
-    if (place[i] != ENG_PLACE_HOST && place[i] != ENG_PLACE_STORE) continue;
-    int need = 2 * L - (p->bnd[i].block_end - 1), store = place[i] == ENG_PLACE_STORE;
-    add_ranges(p, i, ENG_LANE_D2H, 3, i, L - 1);
-    if (store) {
-      add_ranges(p, i, ENG_LANE_NVME_W, 2, L, L);
-      add_ranges(p, i, ENG_LANE_NVME_R, 3, L + 1, L + 1);
-    }
-    add_ranges(p, i, ENG_LANE_H2D, 2, store ? L + 1 : L, need - 1);
-  }
 }
 
 int main(void) {
@@ -138,8 +93,9 @@ int main(void) {
                                             ENG_PLACE_NONE,   ENG_PLACE_DEVICE, ENG_PLACE_HOST, ENG_PLACE_NONE};
     static const uint8_t keep[LAYERS] = {1, 0, 0, 1, 0, 1, 0, 1};
     eng_spec s = base;
-    s.plan_place = place;
-    s.plan_keep = keep;
+    eng_plan pl;
+    ranged_plan(&pl, &s, place, keep, sizeof(float));
+    s.plan = &pl;
     CHECK_OK(eng_spec_device_bytes(&s, &s.device_cap, &e), &e);
     result got;
     grads_run(&s, &got, ids, labels);
@@ -147,6 +103,7 @@ int main(void) {
     CHECK(!memcmp(got.loss, ref.loss, sizeof ref.loss), "mixed plan: losses are not bit-identical");
     printf("mixed plan (device/host/recomputed, 4 layers keep activations), cap %zu: bit-identical\n", s.device_cap);
     grads_free(&got);
+    eng_plan_free(&pl);
   }
 
   // A plan with every tier, its transfers in ranges (ranged_plan), through
@@ -160,7 +117,7 @@ int main(void) {
     spill_open(&sp, "spill", "plan");
     eng_plan pl;
     eng_spec s = base;
-    ranged_plan(&pl, &s, place, keep);
+    ranged_plan(&pl, &s, place, keep, sizeof(float));
     s.plan = &pl;
     s.spill = &sp.es;
     CHECK_OK(eng_spec_device_bytes(&s, &s.device_cap, &e), &e);
