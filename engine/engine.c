@@ -16,6 +16,7 @@
 #include "model/hf_io.h"
 #include "model/model.h"
 #include "optim/adamw.h"
+#include "plan/sim.h"
 #include "optim/adamw8.h"
 
 // Version 3 moved the q/k/v biases behind the three weights in a layer shard;
@@ -36,6 +37,8 @@ struct eng_run {
   float lag_scale;        // clip_lagged: the factor the next step uses (NAN before the first)
   double last_eval;
   uint64_t last_in, last_out;
+  char plan_method[32];   // the plan it runs, for a timeline's title ("" : the uniform policy)
+  uint64_t plan_fixed;    // its fixed device bytes (a timeline's activation peak is the rest)
 };
 
 void eng_spec_defaults(eng_spec *s) {
@@ -256,6 +259,10 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   r->spec.train_path = r->train_path;
   r->spec.eval_path = r->eval_path;
   r->spec.config = cfg;
+  if (spec->plan) {
+    snprintf(r->plan_method, sizeof r->plan_method, "%s", spec->plan->method);
+    r->plan_fixed = spec->plan->dev_fixed;
+  }
   r->spec.plan = NULL; // the caller's, read by open only (the executor holds what it takes from it)
   r->last_eval = NAN;
   r->lag_scale = NAN;
@@ -599,6 +606,25 @@ int eng_ckpt_export_hf(const eng_store *st, int64_t step, const eng_config *c, c
 int64_t eng_steps_done(const eng_run *r) { return r->step; }
 
 int eng_timeline(const eng_run *r, const eng_plan_span **spans) { return eng_exec_timeline(r->exec, spans); }
+
+int eng_timeline_svg(const eng_run *r, const eng_metrics *m, char **svg, eng_err *e) {
+  const eng_spec *s = &r->spec;
+  eng_plan title = {.batch = s->batch, .seq_len = s->seq_len, .micro_batch = s->batch / s->micro_batches,
+                    .dev_fixed = r->plan_fixed};
+  snprintf(title.model, sizeof title.model, "%s", eng_arch_name(r->model.cfg.arch));
+  snprintf(title.profile, sizeof title.profile, "%s (measured)", r->dev->name);
+  snprintf(title.method, sizeof title.method, "%s", r->plan_method[0] ? r->plan_method : "uniform policy");
+  eng_plan_sim got = {0};
+  got.step_time = m->t_total;
+  got.t_exposed = m->t_act_wait + m->t_opt_wait;
+  got.peak_dev = (double)m->peak_arena - (double)r->plan_fixed;
+  got.peak_host = (double)m->host_act;
+  got.peak_nvme = (double)m->store_act;
+  const eng_plan_span *sp;
+  got.n_span = eng_timeline(r, &sp);
+  got.span = (eng_plan_span *)sp;
+  return eng_plan_svg(&title, &got, svg, e);
+}
 const eng_config *eng_run_config(const eng_run *r) { return &r->model.cfg; }
 size_t eng_param_count(const eng_run *r) { return r->model.lo.total_numel; }
 size_t eng_opt_state_bytes(const eng_run *r) { return eng_model_opt_bytes(&r->model); }

@@ -207,6 +207,10 @@ int64_t eng_steps_done(const eng_run *r);
 // The last step's timeline (exec/exec.h's eng_exec_timeline): its spans,
 // seconds from the step's start; valid until the next step.
 int eng_timeline(const eng_run *r, const eng_plan_span **spans);
+// The same as an SVG (plan/sim.h's eng_plan_svg: the style of a plan's
+// predicted timeline), m being that step's metrics; titled with the plan
+// the run was opened with, if any.
+int eng_timeline_svg(const eng_run *r, const eng_metrics *m, char **svg, eng_err *e);
 const eng_config *eng_run_config(const eng_run *r);
 size_t eng_param_count(const eng_run *r);
 // Bytes allocated for optimizer state (all tensors' moments and block scales).

@@ -12,7 +12,9 @@
 #include "engine.h"
 #include "model/hf_io.h"
 #include "plan/profile.h"
+#include "plan/sim.h"
 #ifdef TRAIND_HAVE_PLANNER
+#include "plan/cost.h"
 #include "plan/planner.h"
 #endif
 
@@ -61,6 +63,9 @@ static void usage(FILE *f) {
           "                      own and must match it. traind-train has no spill store:\n"
           "                      a plan with boundaries on NVMe is refused.\n"
           "  --calibrate S       seconds --plan auto measures this machine for (default 10)\n"
+          "  --timeline FILE     draw the last step as an SVG timeline: compute, copies in\n"
+          "                      and out, store, optimizer, as measured; with --plan auto\n"
+          "                      the planner's predicted step below it, in the same style\n"
           "state:\n"
           "  --save-dir DIR      save the training state there at the end (and --save-every N)\n"
           "  --resume            resume from the newest checkpoint in --save-dir first\n"
@@ -113,6 +118,12 @@ typedef struct given {
   int batch, seq, micro, uniform; // uniform: --ckpt-every, --ckpt-host or --keep-acts
 } given;
 
+#ifdef TRAIND_HAVE_PLANNER
+// What --plan auto planned on, for the predicted timeline.
+static eng_config auto_config;
+static eng_profile auto_profile;
+#endif
+
 // --plan auto: the planner on this machine's profile, as the daemon plans a
 // job (DESIGN §3): the cpu backend calibrated at the job's shapes, the
 // device cap its device bytes. There is no spill tier here (no NVMe bytes).
@@ -132,6 +143,8 @@ static int plan_auto(const eng_spec *s, const char *model_name, double calibrate
   eng_plan_opts_defaults(&o);
   o.no_nvme = 1;
   if (micro_given) o.micro_batch = s->batch / s->micro_batches;
+  auto_config = c;
+  auto_profile = prof;
   return eng_plan_make(&c, model_name, s->batch, s->seq_len, &prof, &o, out, e);
 #else
   (void)s, (void)model_name, (void)calibrate, (void)micro_given, (void)out;
@@ -165,6 +178,39 @@ static int plan_take(eng_spec *s, const char *arg, const char *model_name, doubl
   return rc;
 }
 
+// --timeline FILE: the last step measured (eng_timeline_svg) and, for a plan
+// made here, the planner's replay of it below, in one SVG.
+static int timeline_write(const char *path, const eng_run *r, const eng_metrics *m, const eng_plan *plan,
+                          int auto_made, eng_err *e) {
+  char *svg[2] = {NULL, NULL};
+  int rc = eng_timeline_svg(r, m, &svg[0], e);
+#ifdef TRAIND_HAVE_PLANNER
+  eng_plan_cost k;
+  eng_plan_sim sim;
+  if (!rc && auto_made && !(rc = eng_plan_cost_make(&auto_config, plan->batch, plan->seq_len, plan->micro_batch,
+                                                    &auto_profile, &k, e)) &&
+      !(rc = eng_plan_simulate(plan, &k, &sim, e))) {
+    rc = eng_plan_svg(plan, &sim, &svg[1], e);
+    eng_plan_sim_free(&sim);
+  }
+#else
+  (void)plan, (void)auto_made;
+#endif
+  FILE *f = rc ? NULL : fopen(path, "w");
+  if (!rc && !f) rc = eng_err_set(e, ENG_EIO, "cannot write %s", path);
+  if (f) {
+    // One image: the measured step above, the predicted one below it.
+    const int h = 266, n = svg[1] ? 2 : 1;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1400\" height=\"%d\">\n", h * n);
+    for (int i = 0; i < n; i++) fprintf(f, "<svg y=\"%d\"%s", h * i, svg[i] + strlen("<svg"));
+    fprintf(f, "</svg>\n");
+    if (fclose(f)) rc = eng_err_set(e, ENG_EIO, "cannot write %s", path);
+  }
+  free(svg[0]);
+  free(svg[1]);
+  return rc;
+}
+
 static int on_progress(void *ctx, const eng_metrics *m) {
   const opts *o = ctx;
   if (o->quiet) return 0;
@@ -187,14 +233,14 @@ int main(int argc, char **argv) {
   eng_spec_defaults(&s);
   preset("tiny", &s.config);
   int steps = 100, resume = 0, save_every = 0;
-  const char *save_dir = NULL, *export_dir = NULL, *plan_arg = NULL, *model_name = "tiny";
+  const char *save_dir = NULL, *export_dir = NULL, *plan_arg = NULL, *model_name = "tiny", *timeline_path = NULL;
   double calibrate = ENG_CALIBRATE_SECONDS;
   given g = {0};
   opts o = {0};
   enum { O_MODEL = 256, O_PRESET, O_ARCH, O_VOCAB, O_D, O_LAYERS, O_HEADS, O_KV, O_HD, O_FFN, O_TIE,
          O_DATA, O_EVAL, O_EVAL_EVERY, O_SEQ, O_BATCH, O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP,
          O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
-         O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_PLAN, O_CALIBRATE,
+         O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_PLAN, O_CALIBRATE, O_TIMELINE,
          O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
@@ -209,7 +255,7 @@ int main(int argc, char **argv) {
       {"save-every", 1, 0, O_SAVE_EVERY}, {"resume", 0, 0, O_RESUME}, {"export", 1, 0, O_EXPORT},
       {"quiet", 0, 0, O_QUIET}, {"keep-acts", 0, 0, O_KEEP}, {"optim", 1, 0, O_OPTIM},
       {"grad-fp32", 0, 0, O_GRAD32}, {"clip-lagged", 0, 0, O_LAGGED}, {"opt-thread", 0, 0, O_OPT_THREAD},
-      {"gpu", 1, 0, O_GPU}, {"plan", 1, 0, O_PLAN}, {"calibrate", 1, 0, O_CALIBRATE},
+      {"gpu", 1, 0, O_GPU}, {"plan", 1, 0, O_PLAN}, {"calibrate", 1, 0, O_CALIBRATE}, {"timeline", 1, 0, O_TIMELINE},
       {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -275,6 +321,7 @@ int main(int argc, char **argv) {
     case O_GPU: s.device_gpu = atoi(optarg); break;
     case O_PLAN: plan_arg = optarg; break;
     case O_CALIBRATE: calibrate = strtod(optarg, NULL); break;
+    case O_TIMELINE: timeline_path = optarg; break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -308,7 +355,6 @@ int main(int argc, char **argv) {
     return rc_plan == ENG_ENOTSUP ? 2 : 1;
   }
   int rc = eng_open(&s, &r, &e);
-  eng_plan_free(&plan); // read by eng_open only
   if (!rc && save_dir) rc = eng_store_dir_open(&st, save_dir, &e);
   if (!rc && resume) {
     rc = eng_load(r, &st, &e);
@@ -338,6 +384,9 @@ int main(int argc, char **argv) {
   }
   if (!rc && save_dir) rc = eng_save(r, &st, &e);
   if (!rc && export_dir) rc = eng_export_hf(r, export_dir, 0, &e);
+  if (!rc && timeline_path && m.step > 0)
+    rc = timeline_write(timeline_path, r, &m, &plan, plan_arg && !strcmp(plan_arg, "auto"), &e);
+  eng_plan_free(&plan);
   if (!rc) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

@@ -75,10 +75,8 @@ static const char *timeline_dir;        // where the timelines go
 static const eng_config *bench_cfg;      // the model
 static const eng_profile *bench_prof;    // the profile the plans were made on
 
-static void write_svg(const char *name, const char *kind, const eng_plan *p, const eng_plan_sim *sim) {
-  eng_err e = {0};
-  char *svg, path[4096];
-  if (eng_plan_svg(p, sim, &svg, &e)) DIE("%s", e.msg);
+static void write_svg(const char *name, const char *kind, char *svg) {
+  char path[4096];
   snprintf(path, sizeof path, "%s/%s-%s.svg", timeline_dir, name, kind);
   FILE *f = fopen(path, "w");
   if (!f || fputs(svg, f) < 0 || fclose(f)) DIE("cannot write %s", path);
@@ -89,21 +87,15 @@ static void write_svg(const char *name, const char *kind, const eng_plan *p, con
 // <name>-measured.svg and <name>-predicted.svg in timeline_dir.
 static void timelines(const char *name, eng_run *r, const eng_plan *p, const eng_metrics *mm) {
   eng_err e = {0};
-  eng_plan_sim got = {0}, want;
-  got.step_time = mm->t_total;
-  got.t_exposed = mm->t_act_wait + mm->t_opt_wait;
-  got.peak_dev = (double)mm->peak_arena - (double)p->dev_fixed;
-  got.peak_host = (double)mm->host_act;
-  got.peak_nvme = (double)mm->store_act;
-  const eng_plan_span *sp;
-  got.n_span = eng_timeline(r, &sp);
-  got.span = (eng_plan_span *)sp;
-  write_svg(name, "measured", p, &got);
+  char *svg;
+  if (eng_timeline_svg(r, mm, &svg, &e)) DIE("%s: %s", name, e.msg);
+  write_svg(name, "measured", svg);
   eng_plan_cost k;
+  eng_plan_sim want;
   if (eng_plan_cost_make(bench_cfg, p->batch, p->seq_len, p->micro_batch, bench_prof, &k, &e) ||
-      eng_plan_simulate(p, &k, &want, &e))
+      eng_plan_simulate(p, &k, &want, &e) || eng_plan_svg(p, &want, &svg, &e))
     DIE("%s: %s", name, e.msg);
-  write_svg(name, "predicted", p, &want);
+  write_svg(name, "predicted", svg);
   eng_plan_sim_free(&want);
 }
 

@@ -111,12 +111,25 @@ int main(void) {
   printf("every boundary on the device needs %.1f MiB at micro-batches of 1; the cap is %d MiB\n",
          all_device / 1048576.0, CAP_MIB);
 
-  // --plan auto.
-  int rc = train("--batch %d --seq %d --cap %d --plan auto --calibrate 3", BATCH, SEQ, CAP_MIB);
+  // --plan auto, drawing the last step measured above the planner's replay.
+  const char *svg_path = tmp_path("timeline.svg");
+  int rc = train("--batch %d --seq %d --cap %d --plan auto --calibrate 3 --timeline %s", BATCH, SEQ, CAP_MIB, svg_path);
   CHECK(rc == 0, "traind-train --plan auto: exit %d:\n%s", rc, out);
   CHECK(strstr(out, "plan (auto"), "no plan printed:\n%s", out);
   off_device("--plan auto");
   trained("--plan auto");
+  {
+    char svg[1 << 17];
+    FILE *f = fopen(svg_path, "r");
+    CHECK(f, "--timeline wrote no %s", svg_path);
+    size_t n = fread(svg, 1, sizeof svg - 1, f);
+    fclose(f);
+    svg[n] = 0;
+    CHECK(strstr(svg, "<svg y=\"0\"") && strstr(svg, "(measured)") && strstr(svg, "<svg y=\"266\"") &&
+          strstr(svg, ">F0 ") && strstr(svg, ">B0 ") && strstr(svg, "</svg>\n</svg>\n"),
+          "--timeline: not a measured and a predicted timeline (%zu bytes)", n);
+    printf("--timeline: %zu bytes of SVG, measured above predicted\n", n);
+  }
 
   // --plan FILE, saved by traind-plan for the same cap.
   const char *plan_path = tmp_path("plan.json");
