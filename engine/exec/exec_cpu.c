@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/bf16.h"
+#include "common/clock.h"
 #include "exec/exec_impl.h"
 #include "exec/layer.h"
 #include "kernels/kernels.h"
@@ -71,8 +72,9 @@ static void cpu_slot_free(eng_exec *x, int slot) { (void)x, (void)slot; }
 static void grad_store(eng_exec *x, eng_shard *sh, size_t off, const float *src, size_t n) {
   if (sh->g_bf16) {
     // The device narrows; only bf16 crosses (on the cpu, the conversion is the copy).
+    double t0 = eng_now();
     eng_bf16_from_f32_n((uint16_t *)sh->g + off, src, n, ENG_ISA_AUTO);
-    atomic_fetch_add(&x->dev->bytes_out, n * sizeof(uint16_t));
+    eng_dev_cpu_moved_out(x->dev, n * sizeof(uint16_t), t0);
   } else {
     x->dev->ops->copy_out(x->dev, (float *)sh->g + off, src, n * sizeof(float));
   }
