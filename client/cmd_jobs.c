@@ -79,6 +79,47 @@ int cmd_show(ctl *c, int argc, char **argv) {
   return EXIT_OK;
 }
 
+static int timeline_opt(void *ctx, int opt, const char *arg) {
+  (void)arg;
+  if (opt != 'p') return 0;
+  *(int *)ctx = 1;
+  return 1;
+}
+
+int cmd_timeline(ctl *c, int argc, char **argv) {
+  static const struct option own[] = {{"predicted", 0, 0, 'p'}, {0, 0, 0, 0}};
+  int predicted = 0, n = parse(c, argc, argv, own, timeline_opt, &predicted);
+  if (n != 1) {
+    if (n >= 0) fprintf(stderr, "trainctl timeline: expected one job id\n");
+    return EXIT_USAGE;
+  }
+  int i = optind;
+  rpc *r = ctl_rpc(c);
+  if (!r) return EXIT_UNREACHABLE;
+  Traind__V1__GetTimelineRequest req = K(GET_TIMELINE_REQUEST__INIT);
+  req.job_id = argv[i];
+  ProtobufCMessage *reply;
+  rpc_status st;
+  if (rpc_unary(r, "/traind.v1.Trainer/GetTimeline", &req.base, &traind__v1__timeline__descriptor, &reply,
+                c->timeout_ms, &st))
+    return ctl_fail("timeline", &st);
+  const Traind__V1__Timeline *t = (const Traind__V1__Timeline *)reply;
+  const char *svg = predicted ? t->predicted_svg : t->measured_svg;
+  int rc = EXIT_OK;
+  if (c->json) {
+    ctl_print_json(reply);
+  } else if (!*svg) {
+    fprintf(stderr, "trainctl timeline: job %s has %s\n", t->job_id,
+            predicted ? "no predicted step (it was not planned since the daemon started)"
+                      : "no measured step since the daemon started");
+    rc = EXIT_REFUSED;
+  } else {
+    fputs(svg, stdout);
+  }
+  protobuf_c_message_free_unpacked(reply, NULL);
+  return rc;
+}
+
 int cmd_cancel(ctl *c, int argc, char **argv) {
   int i = one_job(c, argc, argv, "cancel");
   if (i < 0) return EXIT_USAGE;

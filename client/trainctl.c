@@ -28,6 +28,9 @@ static void usage(FILE *f) {
           "  logs JOB [--follow]        a job's events so far (and then new ones with --follow)\n"
           "  plan [JOBFILE] [flags]     the plan a job would run with (flags as for submit)\n"
           "  export JOB DIR [--step N] [--bf16]   write a checkpoint's model as a Hugging Face dir\n"
+          "  timeline JOB [--predicted] a job's last measured step as an SVG timeline (compute,\n"
+          "                             copies in and out, store, optimizer) on stdout; its plan's\n"
+          "                             predicted step with --predicted\n"
           "  node                       the daemon: version, devices, queue\n"
           "\n"
           "global options (before or after the command):\n"
@@ -160,7 +163,7 @@ static const struct {
   const char *name;
   int (*fn)(ctl *c, int argc, char **argv);
 } commands[] = {{"submit", cmd_submit}, {"list", cmd_list},   {"show", cmd_show}, {"watch", cmd_watch},
-                {"cancel", cmd_cancel}, {"logs", cmd_logs},   {"plan", cmd_plan}, {"export", cmd_export},
+                {"cancel", cmd_cancel}, {"logs", cmd_logs},   {"plan", cmd_plan}, {"export", cmd_export}, {"timeline", cmd_timeline},
                 {"node", cmd_node}};
 
 int main(int argc, char **argv) {

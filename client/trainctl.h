@@ -47,6 +47,7 @@ int cmd_plan(ctl *c, int argc, char **argv);
 int cmd_list(ctl *c, int argc, char **argv);
 int cmd_show(ctl *c, int argc, char **argv);
 int cmd_cancel(ctl *c, int argc, char **argv);
+int cmd_timeline(ctl *c, int argc, char **argv);
 int cmd_node(ctl *c, int argc, char **argv);
 int cmd_watch(ctl *c, int argc, char **argv);
 int cmd_logs(ctl *c, int argc, char **argv);

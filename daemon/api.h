@@ -14,6 +14,7 @@ void api_submit(srv_call *c, ProtobufCMessage *req);
 void api_get(srv_call *c, ProtobufCMessage *req);
 void api_list(srv_call *c, ProtobufCMessage *req);
 void api_cancel(srv_call *c, ProtobufCMessage *req);
+void api_timeline(srv_call *c, ProtobufCMessage *req);
 void api_watch(srv_call *c, ProtobufCMessage *req);
 void api_plan(srv_call *c, ProtobufCMessage *req);
 void api_export(srv_call *c, ProtobufCMessage *req);

@@ -1,4 +1,4 @@
-// GetJob, ListJobs, CancelJob, and the helpers every method shares.
+// GetJob, ListJobs, CancelJob, GetTimeline, and the helpers every method shares.
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,6 +92,23 @@ void api_get(srv_call *c, ProtobufCMessage *req) {
   }
   job *j = api_job(c, srv_call_data(c), r->job_id);
   if (j) api_reply_job(c, j);
+}
+
+void api_timeline(srv_call *c, ProtobufCMessage *req) {
+  T(GetTimelineRequest) *r = (T(GetTimelineRequest) *)req;
+  val_err e;
+  if (val_message(req, "", &e)) {
+    api_refuse(c, &e);
+    return;
+  }
+  job *j = api_job(c, srv_call_data(c), r->job_id);
+  if (!j) return;
+  T(Timeline) t = K(TIMELINE__INIT);
+  t.job_id = j->id;
+  t.step = j->timeline ? j->timeline_step : 0;
+  t.measured_svg = j->timeline ? j->timeline : "";
+  t.predicted_svg = j->timeline_plan ? j->timeline_plan : "";
+  srv_reply(c, &t.base);
 }
 
 void api_cancel(srv_call *c, ProtobufCMessage *req) {

@@ -112,6 +112,8 @@ static void job_free(job *j) {
   free(j->request_key);
   free(j->error);
   free(j->plan);
+  free(j->timeline);
+  free(j->timeline_plan);
   free(j);
 }
 

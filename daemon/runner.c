@@ -67,7 +67,8 @@ static int save(runner *r, eng_run *run, const eng_store *st, eng_err *e) {
 static int plan_apply(runner *r, spec_plan *p, eng_err *e) {
   eng_plan *pl = malloc(sizeof *pl);
   if (!pl) return eng_err_set(e, ENG_ENOMEM, "planning: cannot allocate the plan");
-  int rc = p->plan_json ? eng_plan_from_json(p->plan_json, pl, e) : planning_make(r->planning, &p->eng, pl, NULL, NULL, e);
+  char *svg = NULL; // the plan's predicted step, for GetTimeline
+  int rc = p->plan_json ? eng_plan_from_json(p->plan_json, pl, e) : planning_make(r->planning, &p->eng, pl, NULL, &svg, e);
   if (rc) {
     free(pl);
     return eng_err_prefix(e, "planning: ");
@@ -78,6 +79,8 @@ static int plan_apply(runner *r, spec_plan *p, eng_err *e) {
   if (!p->plan_json) {
     runner_msg *m = msg_new(r, RUN_PLANNED);
     if (m && eng_plan_to_json(pl, &m->text, e) == 0) {
+      m->svg = svg;
+      svg = NULL;
       snprintf(m->error, sizeof m->error,
                "planned (%s, profile %s): micro-batches of %d, predicted %.0f tokens/s, step %.3f s "
                "(recompute %.3f s, exposed transfer %.3f s); %s, gap %.2f%%, solved in %.2f s",
@@ -88,6 +91,7 @@ static int plan_apply(runner *r, spec_plan *p, eng_err *e) {
       free(m); // the job still runs its plan; a restart plans it again
     }
   }
+  free(svg);
   return 0;
 }
 
@@ -138,6 +142,8 @@ static void run_job(runner *r) {
     }
     int64_t done = eng_steps_done(run);
     r->steps = done;
+    eng_err ignored; // a step without its drawing is still a step
+    if (m && eng_timeline_svg(run, &m->m, &m->text, &ignored)) m->text = NULL;
     post(r, m);
     if (done < p->total_steps && done % p->ckpt_every == 0 && !(rc = save(r, run, &st, &e))) saved = done;
   }

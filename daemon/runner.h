@@ -27,7 +27,9 @@ typedef struct runner_msg {
   runner_outcome outcome;  // RUN_DONE
   char error[600];         // RUN_DONE with RUN_FAILED; RUN_PLANNED: a line saying what the plan predicts;
                            // RUN_NOTE: the engine's note (eng_spec.note), for the job's log
-  char *text;              // RUN_PLANNED: the plan (JSON), for the handler to keep or free
+  char *text;              // RUN_PLANNED: the plan (JSON); RUN_STEP: the step's timeline (SVG);
+                           // for the handler to keep or free
+  char *svg;               // RUN_PLANNED: the plan's predicted step (SVG), likewise
 } runner_msg;
 
 typedef struct runner runner;

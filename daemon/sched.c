@@ -287,11 +287,22 @@ static void on_runner(runner *r, runner_msg *m, void *data) {
       else event_log(d, j, "started fresh: %lld parameters", (long long)m->params);
       j->progress.step = m->step > 0 ? m->step : 0;
       break;
-    case RUN_STEP: on_step(d, j, &m->m); break;
+    case RUN_STEP:
+      on_step(d, j, &m->m);
+      if (m->text) {
+        free(j->timeline);
+        j->timeline = m->text;
+        j->timeline_step = m->m.step;
+        m->text = NULL;
+      }
+      break;
     case RUN_PLANNED:
       free(j->plan);
       j->plan = m->text;
       m->text = NULL;
+      free(j->timeline_plan);
+      j->timeline_plan = m->svg;
+      m->svg = NULL;
       if (job_save(d, j, &e)) log_err("job %s: saving its record failed: %s", j->id, e.msg);
       event_log(d, j, "%s", m->error);
       break;
@@ -304,7 +315,8 @@ static void on_runner(runner *r, runner_msg *m, void *data) {
     case RUN_DONE: on_done(d, j, m); break;
     }
   int done = m->kind == RUN_DONE;
-  free(m->text); // a plan for a job no longer there
+  free(m->text); // a plan or a timeline for a job no longer there
+  free(m->svg);
   free(m);
   if (!done) return;
   if (drain_done) {

@@ -53,6 +53,9 @@ typedef struct job {
   int64_t params;
   char *plan;                   // the plan it runs with (JSON), once made; NULL: none
   // ---- runtime only ----
+  char *timeline;               // the last measured step as SVG (GetTimeline), and its step
+  int64_t timeline_step;
+  char *timeline_plan;          // the plan's predicted step as SVG, when planned in this run
   watch *watchers;              // parked watchers, woken by a new event
   int64_t last_step_event_ms;   // when the last StepMetrics event was recorded
   double step_s;                // smoothed seconds per step, for the ETA

@@ -45,6 +45,15 @@ int main(void) {
   char a[80];
   snprintf(a, sizeof a, "%s", td_submit(&t, file, "--set device.plan=true"));
   td_wait_step(&t, a, 50, 120);
+  // GetTimeline: the last measured step, and the plan's predicted one.
+  rc = td_ctl(&t, out, sizeof out, "timeline %s", a);
+  CHECK(rc == 0 && !strncmp(out, "<svg", 4) && strstr(out, "(measured)") && strstr(out, ">F0 ") && strstr(out, ">B0 "),
+        "trainctl timeline: exit %d, not a measured step:\n%.300s", rc, out);
+  size_t measured = strlen(out);
+  rc = td_ctl(&t, out, sizeof out, "timeline %s --predicted", a);
+  CHECK(rc == 0 && !strncmp(out, "<svg", 4) && strstr(out, ">F0 ") && !strstr(out, "(measured)"),
+        "trainctl timeline --predicted: exit %d:\n%.300s", rc, out);
+  printf("trainctl timeline: %zu bytes of SVG measured, %zu predicted\n", measured, strlen(out));
   Traind__V1__Job *j = td_get(&t, a);
   CHECK(j && *j->plan, "the running job's record has no plan");
   char *plan = strdup(j->plan);
@@ -57,6 +66,12 @@ int main(void) {
   CHECK(j->attempts == 2, "planned job started %d times, expected 2", j->attempts);
   CHECK(!strcmp(j->plan, plan), "the resumed job's plan changed");
   protobuf_c_message_free_unpacked(&j->base, NULL);
+  // The resumed run measured its steps; its plan came from the record, so
+  // there is no predicted drawing in this daemon's memory.
+  CHECK(td_ctl(&t, out, sizeof out, "timeline %s", a) == 0 && strstr(out, "(measured)"),
+        "no measured timeline after the resume");
+  rc = td_ctl(&t, out, sizeof out, "timeline %s --predicted 2>&1", a);
+  CHECK(rc == 3 && strstr(out, "no predicted step"), "timeline --predicted after the resume: exit %d: %s", rc, out);
   td_logs(&t, a, out, sizeof out);
   CHECK(count(out, "planned (") == 1, "the job was planned %d times:\n%s", count(out, "planned ("), out);
   const char *p = strstr(out, "planned (");
