@@ -441,6 +441,7 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   x->pool = calloc((size_t)x->win.n_pool + 1, sizeof *x->pool);
   x->ljobs = calloc((size_t)x->win.n_xfer + 1, sizeof *x->ljobs);
   x->pieces = calloc((size_t)x->win.n_piece + 1, sizeof *x->pieces);
+  x->stage_cache = calloc((size_t)x->win.n_piece + 1, sizeof *x->stage_cache);
   x->cap_spans = 8 * x->L + 2 * m->lo.n_shards + x->win.n_xfer + 64;
   x->spans = calloc((size_t)x->cap_spans, sizeof *x->spans);
   x->ckpt_host = calloc((size_t)x->L, sizeof *x->ckpt_host);
@@ -452,7 +453,7 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   pthread_mutex_init(&x->lane_mu, NULL);
   eng_link_init(&x->spill_w, p->spill_bps);
   eng_link_init(&x->spill_r, p->spill_bps);
-  if (!x->pool || !x->ljobs || !x->pieces || !x->spans || !x->ckpt_host || !x->version || !x->sumsq || !x->opt_jobs ||
+  if (!x->pool || !x->ljobs || !x->pieces || !x->spans || !x->stage_cache || !x->ckpt_host || !x->version || !x->sumsq || !x->opt_jobs ||
       !x->targets || !x->acts_at) {
     eng_exec_close(x);
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's tables");
@@ -506,6 +507,8 @@ void eng_exec_close(eng_exec *x) {
   free(x->ljobs);
   free(x->pieces);
   free(x->spans);
+  for (int i = 0; i < x->n_stage; i++) x->ops->host_free(x->stage_cache[i].p);
+  free(x->stage_cache);
   exec_sched_free(&x->win);
   pthread_mutex_destroy(&x->lane_mu);
   eng_link_destroy(&x->spill_w);
@@ -558,6 +561,40 @@ static void lane_fail(eng_exec *x, int rc, const eng_err *e) {
   pthread_mutex_unlock(&x->lane_mu);
 }
 
+// A staging buffer of n bytes for a store piece: a cached one of that size
+// that is free, else a new one (cached when there is room).
+static int staging_take(eng_exec *x, void **p, size_t n, eng_err *e) {
+  pthread_mutex_lock(&x->lane_mu);
+  for (int i = 0; i < x->n_stage; i++) {
+    staging_buf *b = &x->stage_cache[i];
+    if (!b->busy && b->n == n) {
+      b->busy = 1;
+      *p = b->p;
+      pthread_mutex_unlock(&x->lane_mu);
+      return 0;
+    }
+  }
+  pthread_mutex_unlock(&x->lane_mu);
+  int rc = x->ops->host_alloc(x, p, n, e);
+  if (rc) return rc;
+  pthread_mutex_lock(&x->lane_mu);
+  if (x->n_stage < x->win.n_piece) x->stage_cache[x->n_stage++] = (staging_buf){*p, n, 1};
+  pthread_mutex_unlock(&x->lane_mu);
+  return 0;
+}
+
+static void staging_give(eng_exec *x, void *p) {
+  pthread_mutex_lock(&x->lane_mu);
+  for (int i = 0; i < x->n_stage; i++)
+    if (x->stage_cache[i].p == p) {
+      x->stage_cache[i].busy = 0;
+      pthread_mutex_unlock(&x->lane_mu);
+      return;
+    }
+  pthread_mutex_unlock(&x->lane_mu);
+  x->ops->host_free(p); // one the cache had no room for
+}
+
 // One transfer on its lane's worker. A lane waits for the piece's previous
 // lane in the chain copy-out, write, read, copy-in when that one ran in the
 // same window; store pieces stage in host memory from their copy-out to
@@ -577,7 +614,7 @@ static void lane_run(void *arg) {
   case ENG_LANE_D2H:
     if (!store) {
       x->dev->ops->copy_out(x->dev, (char *)x->ckpt_host[pc->bnd] + pc->off, j->dev, pc->n);
-    } else if (!(rc = x->ops->host_alloc(x, &ps->staging, pc->n, &e))) {
+    } else if (!(rc = staging_take(x, &ps->staging, pc->n, &e))) {
       x->dev->ops->copy_out(x->dev, ps->staging, j->dev, pc->n);
     }
     break;
@@ -587,12 +624,12 @@ static void lane_run(void *arg) {
       double t0 = eng_now();
       rc = st->act_put(st->ctx, x->runs, pc->bnd, j->t->piece, ps->staging, pc->n, &e);
       eng_link_pass(&x->spill_w, pc->n, t0);
-      x->ops->host_free(ps->staging);
+      staging_give(x, ps->staging);
       ps->staging = NULL;
     }
     break;
   case ENG_LANE_NVME_R:
-    if (!(rc = x->ops->host_alloc(x, &ps->staging, pc->n, &e))) {
+    if (!(rc = staging_take(x, &ps->staging, pc->n, &e))) {
       double t0 = eng_now();
       rc = st->act_get(st->ctx, x->runs, pc->bnd, j->t->piece, ps->staging, pc->n, &e);
       eng_link_pass(&x->spill_r, pc->n, t0);
@@ -606,7 +643,7 @@ static void lane_run(void *arg) {
     eng_worker_wait(&x->lane[ENG_LANE_NVME_R], ps->ticket[ENG_LANE_NVME_R]);
     if (ps->staging) {
       x->dev->ops->copy_in(x->dev, j->dev, ps->staging, pc->n);
-      x->ops->host_free(ps->staging);
+      staging_give(x, ps->staging);
       ps->staging = NULL;
     }
     break;
@@ -684,7 +721,7 @@ static int abort_step(eng_exec *x, int rc, eng_err *e) {
   for (int k = 0; k < ENG_LANE_COUNT; k++) eng_worker_drain(&x->lane[k]);
   for (int q = 0; q < x->win.n_piece; q++)
     if (x->pieces[q].staging) {
-      x->ops->host_free(x->pieces[q].staging);
+      staging_give(x, x->pieces[q].staging);
       x->pieces[q].staging = NULL;
     }
   x->ops->abort(x);

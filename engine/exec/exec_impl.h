@@ -46,6 +46,12 @@ typedef struct piece_state {
   void *staging;
 } piece_state;
 
+typedef struct staging_buf {
+  void *p;
+  size_t n;
+  int busy;
+} staging_buf;
+
 typedef struct opt_job {
   eng_exec *x;
   int shard;
@@ -105,6 +111,12 @@ struct eng_exec {
   lane_job *ljobs;      // [win.n_xfer] this run's transfers, issued window by window
   piece_state *pieces;  // [win.n_piece]
   eng_link spill_w, spill_r; // the store lanes' links (policy spill_bps)
+  // Host staging of store pieces, kept from step to step (pinned on cuda,
+  // where an allocation per piece and step would cost more than the copy):
+  // a buffer is taken by size and given back; the cache grows to the most
+  // pieces in flight at once, which the plan counts in host bytes.
+  staging_buf *stage_cache; // [win.n_piece]
+  int n_stage;
   eng_exec_result *res; // the run in progress's results (for the window ends' waits)
   // The run's timeline (eng_exec_timeline): spans recorded by the compute
   // thread and the copy workers, which finish within the run.
