@@ -29,6 +29,19 @@ static int one_job(ctl *c, int argc, char **argv, const char *cmd) {
   return optind;
 }
 
+// One call about one job (req's job_id already set): its reply, or the exit
+// code of the failure (reported as trainctl `cmd`).
+static int job_call(ctl *c, const char *cmd, const char *method, ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp, ProtobufCMessage **reply) {
+  rpc *r = ctl_rpc(c);
+  if (!r) return EXIT_UNREACHABLE;
+  char path[64];
+  snprintf(path, sizeof path, "/traind.v1.Trainer/%s", method);
+  rpc_status st;
+  if (rpc_unary(r, path, req, resp, reply, c->timeout_ms, &st)) return ctl_fail(cmd, &st);
+  return EXIT_OK;
+}
+
 static void print_job(const Traind__V1__Job *j) {
   char created[64], started[64], finished[64], eta[32];
   ctl_fmt_time(j->created_ms, created, sizeof created);
@@ -65,14 +78,11 @@ static void print_job(const Traind__V1__Job *j) {
 int cmd_show(ctl *c, int argc, char **argv) {
   int i = one_job(c, argc, argv, "show");
   if (i < 0) return EXIT_USAGE;
-  rpc *r = ctl_rpc(c);
-  if (!r) return EXIT_UNREACHABLE;
   Traind__V1__GetJobRequest req = K(GET_JOB_REQUEST__INIT);
   req.job_id = argv[i];
   ProtobufCMessage *reply;
-  rpc_status st;
-  if (rpc_unary(r, "/traind.v1.Trainer/GetJob", &req.base, &traind__v1__job__descriptor, &reply, c->timeout_ms, &st))
-    return ctl_fail("show", &st);
+  int rc = job_call(c, "show", "GetJob", &req.base, &traind__v1__job__descriptor, &reply);
+  if (rc) return rc;
   if (c->json) ctl_print_json(reply);
   else print_job((Traind__V1__Job *)reply);
   protobuf_c_message_free_unpacked(reply, NULL);
@@ -93,19 +103,13 @@ int cmd_timeline(ctl *c, int argc, char **argv) {
     if (n >= 0) fprintf(stderr, "trainctl timeline: expected one job id\n");
     return EXIT_USAGE;
   }
-  int i = optind;
-  rpc *r = ctl_rpc(c);
-  if (!r) return EXIT_UNREACHABLE;
   Traind__V1__GetTimelineRequest req = K(GET_TIMELINE_REQUEST__INIT);
-  req.job_id = argv[i];
+  req.job_id = argv[optind];
   ProtobufCMessage *reply;
-  rpc_status st;
-  if (rpc_unary(r, "/traind.v1.Trainer/GetTimeline", &req.base, &traind__v1__timeline__descriptor, &reply,
-                c->timeout_ms, &st))
-    return ctl_fail("timeline", &st);
+  int rc = job_call(c, "timeline", "GetTimeline", &req.base, &traind__v1__timeline__descriptor, &reply);
+  if (rc) return rc;
   const Traind__V1__Timeline *t = (const Traind__V1__Timeline *)reply;
   const char *svg = predicted ? t->predicted_svg : t->measured_svg;
-  int rc = EXIT_OK;
   if (c->json) {
     ctl_print_json(reply);
   } else if (!*svg) {
@@ -123,14 +127,11 @@ int cmd_timeline(ctl *c, int argc, char **argv) {
 int cmd_cancel(ctl *c, int argc, char **argv) {
   int i = one_job(c, argc, argv, "cancel");
   if (i < 0) return EXIT_USAGE;
-  rpc *r = ctl_rpc(c);
-  if (!r) return EXIT_UNREACHABLE;
   Traind__V1__CancelJobRequest req = K(CANCEL_JOB_REQUEST__INIT);
   req.job_id = argv[i];
   ProtobufCMessage *reply;
-  rpc_status st;
-  if (rpc_unary(r, "/traind.v1.Trainer/CancelJob", &req.base, &traind__v1__job__descriptor, &reply, c->timeout_ms, &st))
-    return ctl_fail("cancel", &st);
+  int rc = job_call(c, "cancel", "CancelJob", &req.base, &traind__v1__job__descriptor, &reply);
+  if (rc) return rc;
   if (c->json) ctl_print_json(reply);
   else printf("%s %s\n", ((Traind__V1__Job *)reply)->id, ctl_state_name(((Traind__V1__Job *)reply)->state));
   protobuf_c_message_free_unpacked(reply, NULL);

@@ -30,6 +30,9 @@ void api_export_scratch_clear(const char *scratch);
 void api_refuse(srv_call *c, const val_err *e);
 // The job named by a request's job_id, or NULL after answering NOT_FOUND.
 job *api_job(srv_call *c, traind *d, const char *job_id);
+// The same for a request that names only a job: its strings validated
+// first (val_message), a refusal answered.
+job *api_job_of(srv_call *c, ProtobufCMessage *req, const char *job_id);
 // Answers with the job (spec included).
 void api_reply_job(srv_call *c, const job *j);
 // Answers, once every write made so far is durable (daemon/commit.h), with

@@ -23,6 +23,15 @@ job *api_job(srv_call *c, traind *d, const char *job_id) {
   return j;
 }
 
+job *api_job_of(srv_call *c, ProtobufCMessage *req, const char *job_id) {
+  val_err e;
+  if (val_message(req, "", &e)) {
+    api_refuse(c, &e);
+    return NULL;
+  }
+  return api_job(c, srv_call_data(c), job_id);
+}
+
 void api_reply_job(srv_call *c, const job *j) {
   T(Job) pb;
   T(ModelConfig) model;
@@ -84,24 +93,12 @@ void api_reply_durable(srv_call *c, const job *j, int submit, int created) {
 }
 
 void api_get(srv_call *c, ProtobufCMessage *req) {
-  T(GetJobRequest) *r = (T(GetJobRequest) *)req;
-  val_err e;
-  if (val_message(req, "", &e)) {
-    api_refuse(c, &e);
-    return;
-  }
-  job *j = api_job(c, srv_call_data(c), r->job_id);
+  job *j = api_job_of(c, req, ((T(GetJobRequest) *)req)->job_id);
   if (j) api_reply_job(c, j);
 }
 
 void api_timeline(srv_call *c, ProtobufCMessage *req) {
-  T(GetTimelineRequest) *r = (T(GetTimelineRequest) *)req;
-  val_err e;
-  if (val_message(req, "", &e)) {
-    api_refuse(c, &e);
-    return;
-  }
-  job *j = api_job(c, srv_call_data(c), r->job_id);
+  job *j = api_job_of(c, req, ((T(GetTimelineRequest) *)req)->job_id);
   if (!j) return;
   T(Timeline) t = K(TIMELINE__INIT);
   t.job_id = j->id;
@@ -114,12 +111,7 @@ void api_timeline(srv_call *c, ProtobufCMessage *req) {
 void api_cancel(srv_call *c, ProtobufCMessage *req) {
   T(CancelJobRequest) *r = (T(CancelJobRequest) *)req;
   traind *d = srv_call_data(c);
-  val_err e;
-  if (val_message(req, "", &e)) {
-    api_refuse(c, &e);
-    return;
-  }
-  job *j = api_job(c, d, r->job_id);
+  job *j = api_job_of(c, req, r->job_id);
   if (!j) return;
   const char *refusal;
   if (sched_cancel(d, j, &refusal)) srv_fail(c, GRPC_STATUS_FAILED_PRECONDITION, "%s", refusal);
