@@ -38,6 +38,7 @@ typedef struct cfg {
                             // the machine and the daemon's cgroup have available then)
   int max_crashes;          // a job during which the daemon died this many times fails (3)
   int max_queued_jobs;      // submissions beyond this many queued jobs are refused (10000)
+  int runner_nice;          // niceness of a job's threads (10): clients are answered first
   int log_level;            // LOG_LVL_*
 } cfg;
 

@@ -1,11 +1,15 @@
-#define _GNU_SOURCE // pthread_setname_np
+#define _GNU_SOURCE // pthread_setname_np, gettid
 #include "runner.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "log.h"
 #include "planning.h"
 
 struct runner {
@@ -23,6 +27,7 @@ struct runner {
   char job[STORE_JOB_MAX + 1];     // loop thread's view: non-empty while busy
   char work_job[STORE_JOB_MAX + 1];
   spec_plan plan;
+  int nice;                        // the job's threads' niceness
   runner_msg *done_msg;            // the RUN_DONE report, allocated by runner_start
   volatile int cancel;             // the engine polls it once per layer
   volatile int stop;               // with cancel: checkpoint and stop instead
@@ -103,9 +108,21 @@ static void on_note(void *ctx, const char *line) {
   post(r, m);
 }
 
+// The engine's threads (copy lanes, optimizer, OpenMP) are started from this
+// one and inherit its niceness: on busy cores the loop, the gRPC and the
+// commit threads answer clients ahead of a training step (config
+// runner_nice). Nice values are per thread on Linux.
+static void set_nice(runner *r) {
+  if (getpriority(PRIO_PROCESS, (id_t)gettid()) == r->nice) return;
+  if (setpriority(PRIO_PROCESS, (id_t)gettid(), r->nice))
+    log_warn("job %s: its threads stay at niceness %d, not runner_nice %d: %s (lowering it takes CAP_SYS_NICE or a "
+             "restart)", r->work_job, getpriority(PRIO_PROCESS, (id_t)gettid()), r->nice, strerror(errno));
+}
+
 static void run_job(runner *r) {
   spec_plan *p = &r->plan;
   eng_err e = {0};
+  set_nice(r);
   eng_store st;
   if (store_engine_open(&st, r->st, r->work_job, p->ckpt_keep, &e)) {
     set_done(r, RUN_FAILED, 0, e.msg);
@@ -218,7 +235,7 @@ int runner_create(runner **out, uv_loop_t *loop, store *st, planning *planning, 
   return 0;
 }
 
-int runner_start(runner *r, const char *job, spec_plan *plan) {
+int runner_start(runner *r, const char *job, spec_plan *plan, int nice) {
   runner_msg *done = calloc(1, sizeof *done);
   if (!done) return -1;
   done->kind = RUN_DONE;
@@ -229,6 +246,7 @@ int runner_start(runner *r, const char *job, spec_plan *plan) {
   memcpy(r->work_job, r->job, sizeof r->job);
   r->plan = *plan;
   memset(plan, 0, sizeof *plan);
+  r->nice = nice;
   r->cancel = 0;
   r->stop = 0;
   r->steps = -1;

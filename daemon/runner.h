@@ -38,8 +38,9 @@ typedef void (*runner_fn)(runner *r, runner_msg *msg, void *data);
 
 int runner_create(runner **out, uv_loop_t *loop, store *st, planning *planning, runner_fn fn, void *data);
 // Starts a job on an idle runner and takes the plan (freed when the job is
-// done). -1 (out of memory): not started, the plan is still the caller's.
-int runner_start(runner *r, const char *job, spec_plan *plan);
+// done); the job's threads run at niceness nice. -1 (out of memory): not
+// started, the plan is still the caller's.
+int runner_start(runner *r, const char *job, spec_plan *plan, int nice);
 // Returns the steps the engine had done when the flag went up (-1: the
 // job's run was not loaded yet): the job ends with at most one more, the
 // step then in flight.

@@ -166,7 +166,7 @@ int store_open(store **out, const char *dir, const store_options *o, eng_err *e)
   pthread_mutex_init(&s->meta_mu, NULL);
   *out = s;
   for (int t = 0; t < STORE_IO_THREADS; t++)
-    if (eng_worker_start(&s->io[t], 64)) {
+    if (eng_worker_start(&s->io[t], 64, "traind-store-io")) {
       store_close(s);
       *out = NULL;
       return eng_err_set(e, ENG_ENOMEM, "%s: cannot start the store's I/O threads", dir);

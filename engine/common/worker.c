@@ -6,7 +6,7 @@
 
 static void *worker_main(void *p) {
   eng_worker *w = p;
-  pthread_setname_np(pthread_self(), "traind-worker");
+  pthread_setname_np(pthread_self(), w->name);
   pthread_mutex_lock(&w->mu);
   for (;;) {
     while (!w->stop && w->done == w->submitted) pthread_cond_wait(&w->cv, &w->mu);
@@ -22,10 +22,11 @@ static void *worker_main(void *p) {
   return NULL;
 }
 
-int eng_worker_start(eng_worker *w, uint32_t capacity) {
+int eng_worker_start(eng_worker *w, uint32_t capacity, const char *name) {
   w->ring = calloc(capacity, sizeof *w->ring);
   if (!w->ring) return -1;
   w->capacity = capacity;
+  w->name = name;
   w->submitted = w->done = 0;
   w->stop = 0;
   pthread_mutex_init(&w->mu, NULL);

@@ -25,10 +25,12 @@ typedef struct eng_worker {
   uint64_t done;       // jobs finished
   int stop;
   int started;
+  const char *name;    // the thread's name (top -H), a literal
 } eng_worker;
 
 // capacity bounds the jobs queued at once; submit blocks when it is full.
-int eng_worker_start(eng_worker *w, uint32_t capacity);
+// name (15 characters at most) names the thread.
+int eng_worker_start(eng_worker *w, uint32_t capacity, const char *name);
 uint64_t eng_worker_submit(eng_worker *w, eng_job_fn fn, void *arg);
 void eng_worker_wait(eng_worker *w, uint64_t ticket);
 // Waits for every job submitted so far.

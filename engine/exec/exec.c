@@ -478,9 +478,9 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
   pthread_cond_init(&x->vcv, NULL);
   x->inline_opt = dev->host_compute && !p->opt_thread;
   int lanes_ok = 1;
-  for (int k = 0; k < ENG_LANE_COUNT; k++) lanes_ok &= eng_worker_start(&x->lane[k], 64) == 0;
-  if (!lanes_ok || eng_worker_start(&x->copy_in, 4) || eng_worker_start(&x->copy_out, 4) ||
-      (!x->inline_opt && eng_worker_start(&x->optim, (uint32_t)m->lo.n_shards + 1))) {
+  for (int k = 0; k < ENG_LANE_COUNT; k++) lanes_ok &= eng_worker_start(&x->lane[k], 64, "traind-lane") == 0;
+  if (!lanes_ok || eng_worker_start(&x->copy_in, 4, "traind-copy-in") || eng_worker_start(&x->copy_out, 4, "traind-copy-out") ||
+      (!x->inline_opt && eng_worker_start(&x->optim, (uint32_t)m->lo.n_shards + 1, "traind-optim"))) {
     eng_exec_close(x);
     return eng_err_set(e, ENG_ENOMEM, "cannot start the executor's stream threads");
   }

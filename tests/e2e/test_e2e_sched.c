@@ -3,8 +3,11 @@
 // lower priority, which later resumes from that checkpoint; cancel of a
 // queued job (at once) and of a running one (within the step in flight, by
 // the steps its events name); retention of finished jobs by count and by
-// age; SIGHUP rereads the config file.
+// age; SIGHUP rereads the config file; a job's threads run at runner_nice,
+// the daemon's own at its niceness.
 #define _GNU_SOURCE
+#include <dirent.h>
+
 #include "e2e/daemon.h"
 
 #define K(x) TRAIND__V1__##x
@@ -42,15 +45,64 @@ static void wait_state(const char *id, int state, double timeout_s) {
   }
 }
 
+// Counts the daemon's threads named name (a prefix) at niceness nice and at
+// any other.
+static void threads_at(const char *name, int nice, int *at, int *other) {
+  char path[512], comm[64], stat[1024];
+  *at = *other = 0;
+  snprintf(path, sizeof path, "/proc/%d/task", (int)t.pid);
+  DIR *dir = opendir(path);
+  CHECK(dir, "opendir %s", path);
+  for (struct dirent *e; (e = readdir(dir));) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int)t.pid, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue; // the thread ended
+    int ok = fgets(comm, sizeof comm, f) != NULL;
+    fclose(f);
+    if (!ok || strncmp(comm, name, strlen(name))) continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%s/stat", (int)t.pid, e->d_name);
+    if (!(f = fopen(path, "r"))) continue;
+    ok = fgets(stat, sizeof stat, f) != NULL;
+    fclose(f);
+    // Field 19 is the nice value; comm (field 2) ends at the last ')'.
+    const char *p = ok ? strrchr(stat, ')') : NULL;
+    int field = 2, n = 0;
+    for (; p && *p && field < 19; p++)
+      if (*p == ' ') field++;
+    CHECK(p && sscanf(p, "%d", &n) == 1, "no nice value in %s", path);
+    if (n == nice) ++*at;
+    else ++*other;
+  }
+  closedir(dir);
+}
+
 int main(void) {
   td_init(&t);
   td_set(&t, "retention_jobs=5");
+  td_set(&t, "runner_nice=7");
   td_start(&t);
   const char *lng = td_jobfile("long.yaml", 1000000, 25, NULL);
   const char *shrt = td_jobfile("short.yaml", 5, 5, NULL);
   char a[80], b[80], c[80], d[80], e[80], p[80];
   snprintf(a, sizeof a, "%s", td_submit(&t, lng, NULL));
   td_wait_step(&t, a, 30, 60);
+
+  // The runner and the engine's threads it started (copy lanes, optimizer)
+  // run at runner_nice; the loop, the gRPC and the commit threads do not.
+  int n_at, n_other;
+  threads_at("traind-run", 7, &n_at, &n_other);
+  CHECK(n_at == 1 && n_other == 0, "runner threads at niceness 7: %d, at others: %d", n_at, n_other);
+  threads_at("traind-lane", 7, &n_at, &n_other);
+  CHECK(n_at == 4 && n_other == 0, "activation lane threads at niceness 7: %d, at others: %d", n_at, n_other);
+  threads_at("traind-copy-", 7, &n_at, &n_other);
+  CHECK(n_at == 2 && n_other == 0, "weight copy threads at niceness 7: %d, at others: %d", n_at, n_other);
+  const char *own[] = {"traind-cq", "traind-commit", "traind-store-io"};
+  for (int i = 0; i < 3; i++) {
+    threads_at(own[i], 0, &n_at, &n_other);
+    CHECK(n_at >= 1 && n_other == 0, "%s threads at niceness 0: %d, at others: %d", own[i], n_at, n_other);
+  }
+  printf("a running job's threads at niceness 7, the daemon's at 0\n");
   snprintf(b, sizeof b, "%s", td_submit(&t, shrt, "--priority 0"));
   snprintf(c, sizeof c, "%s", td_submit(&t, shrt, "--priority 5"));
   snprintf(d, sizeof d, "%s", td_submit(&t, shrt, "--priority 0"));
