@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "owner.h"
 
 // What the listener knows of one accepted connection, indexed by its fd.
 // The core closes the fd when the connection ends, and the number may then
@@ -113,7 +114,7 @@ static void accept_one(lsn *l, int fd) {
     close(fd);
     return;
   }
-  lsn_peer p = {uc.uid, uc.gid, uc.pid};
+  lsn_peer p = {.uid = uc.uid, .gid = uc.gid, .pid = uc.pid};
   if (conns_live(l) >= l->o.max_conns) {
     if (!l->full)
       log_warn("socket %s: %d connections open (max_connections); closing new ones (the first from uid %u pid %d) "
@@ -124,6 +125,9 @@ static void accept_one(lsn *l, int fd) {
     return;
   }
   l->full = 0;
+  // Once per connection, not per call: the user database is files, or a
+  // network service behind NSS.
+  p.n_groups = owner_groups(p.uid, p.gid, p.groups, LSN_GROUPS_MAX);
   if (conn_add(l, fd, &p)) {
     log_err("socket %s: out of memory for a connection; closed", l->path);
     close(fd);

@@ -8,7 +8,8 @@
 //     descriptor turns the waiting client away, accepting pauses with a
 //     backoff and resumes by itself (the core's listener stops for good);
 //   - a limit on open connections;
-//   - the peer's credentials (SO_PEERCRED), the caller's identity;
+//   - the peer's credentials (SO_PEERCRED), the caller's identity, with its
+//     user's groups looked up once, when it connects;
 //   - HTTP/2 rapid-reset protection: a connection whose calls its client
 //     keeps resetting before they are answered is closed.
 // TCP (TLS) stays on the core's listener. Loop thread only.
@@ -20,10 +21,14 @@
 
 typedef struct lsn lsn;
 
+enum { LSN_GROUPS_MAX = 64 };
+
 typedef struct lsn_peer {
   uid_t uid;
   gid_t gid;
   pid_t pid;
+  int n_groups;                  // the supplementary groups of uid's user (owner_groups)
+  gid_t groups[LSN_GROUPS_MAX];
 } lsn_peer;
 
 typedef struct lsn_options {

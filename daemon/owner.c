@@ -11,7 +11,7 @@
 #include "traind.h"
 
 void owner_name(const srv_caller *c, char out[OWNER_MAX]) {
-  if (c->local) snprintf(out, OWNER_MAX, "uid:%u", (unsigned)c->uid);
+  if (c->local) snprintf(out, OWNER_MAX, "uid:%u", (unsigned)c->peer.uid);
   else snprintf(out, OWNER_MAX, "token");
 }
 
@@ -38,48 +38,44 @@ static int admin_gid(const char *group, gid_t *gid) {
   return 0;
 }
 
-// The caller's primary group (from the connection), then the supplementary
-// groups of its user, when the user has an entry.
-static int in_group(const srv_caller *c, gid_t gid) {
-  if (c->gid == gid) return 1;
+int owner_groups(uid_t uid, gid_t gid, gid_t *out, int max) {
   struct passwd pw, *res = NULL;
   char buf[4096];
-  if (getpwuid_r(c->uid, &pw, buf, sizeof buf, &res) || !res) return 0;
-  gid_t groups[256];
-  int n = 256;
-  if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0) return 0;
+  int n = max;
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) || !res || getgrouplist(pw.pw_name, pw.pw_gid, out, &n) < 0) n = 0;
   for (int i = 0; i < n; i++)
-    if (groups[i] == gid) return 1;
-  return 0;
+    if (out[i] == gid) return n;
+  if (n < max) out[n++] = gid;
+  return n;
 }
 
 int owner_admin(const traind *d, const srv_caller *c) {
   if (!c->local) return 0;
-  if (c->uid == 0 || c->uid == geteuid()) return 1;
+  if (c->peer.uid == 0 || c->peer.uid == geteuid()) return 1;
   gid_t g;
-  return d->cfg.admin_group && !admin_gid(d->cfg.admin_group, &g) && in_group(c, g);
-}
-
-// uid and gid, and the supplementary groups of uid's entry in the user
-// database (none when it has no entry).
-static void access_fill(uid_t uid, gid_t gid, owner_access *out) {
-  *out = (owner_access){.set = 1, .uid = uid, .gid = gid};
-  struct passwd pw, *res = NULL;
-  char buf[4096];
-  if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) || !res) return;
-  int n = (int)(sizeof out->groups / sizeof out->groups[0]);
-  if (getgrouplist(pw.pw_name, gid, out->groups, &n) >= 0) out->n_groups = n;
+  if (!d->cfg.admin_group || admin_gid(d->cfg.admin_group, &g)) return 0;
+  for (int i = 0; i < c->peer.n_groups; i++)
+    if (c->peer.groups[i] == g) return 1;
+  return 0;
 }
 
 void owner_access_of(const srv_caller *c, owner_access *out) {
-  if (c->local) access_fill(c->uid, c->gid, out);
-  else *out = (owner_access){0};
+  if (!c->local) {
+    *out = (owner_access){0};
+    return;
+  }
+  *out = (owner_access){.set = 1, .uid = c->peer.uid, .gid = c->peer.gid, .n_groups = c->peer.n_groups};
+  memcpy(out->groups, c->peer.groups, (size_t)c->peer.n_groups * sizeof *out->groups);
 }
 
 void owner_access_of_job(const job *j, owner_access *out) {
   uid_t uid;
-  if (owner_uid(j->owner, &uid)) *out = (owner_access){0};
-  else access_fill(uid, j->owner_gid, out);
+  if (owner_uid(j->owner, &uid)) {
+    *out = (owner_access){0};
+    return;
+  }
+  *out = (owner_access){.set = 1, .uid = uid, .gid = j->owner_gid};
+  out->n_groups = owner_groups(uid, j->owner_gid, out->groups, LSN_GROUPS_MAX);
 }
 
 int owner_may(const traind *d, const srv_caller *c, const job *j) {

@@ -25,17 +25,23 @@ int owner_may(const traind *d, const srv_caller *c, const job *j);
 // The uid behind an owner name: 0 and *uid for "uid:N", -1 otherwise.
 int owner_uid(const char *owner, uid_t *uid);
 
+// The groups of uid's user: gid (the connection's), the user's primary group
+// and the supplementary groups of its entry in the user database (only gid
+// when it has none); at most max, written to out. Returns how many.
+int owner_groups(uid_t uid, gid_t gid, gid_t *out, int max);
+
 // The access a job's files are opened with (engine/common/fs_open.h): its
-// local owner's uid, gid (the connection's) and the groups of the user's
-// entry, if it has one; nobody reads through a job what they could not read
-// themselves. Jobs without a local owner (TCP, recorded before owners) read
-// with the daemon's access: set = 0.
+// local owner's uid, gid (the connection's) and groups (owner_groups: as the
+// connection had them for a call, looked up again when a queued job starts);
+// nobody reads through a job what they could not read themselves. Jobs
+// without a local owner (TCP, recorded before owners) read with the daemon's
+// access: set = 0.
 typedef struct owner_access {
   int set;
   uid_t uid;
   gid_t gid;
   int n_groups;
-  gid_t groups[64];
+  gid_t groups[LSN_GROUPS_MAX];
 } owner_access;
 void owner_access_of(const srv_caller *c, owner_access *out);
 void owner_access_of_job(const job *j, owner_access *out);

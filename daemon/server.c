@@ -325,7 +325,7 @@ static void call_identify(srv_call *c) {
   lsn_peer p;
   if (peer && c->s->unix_lsn && sscanf(peer, "fd:%d%c", &fd, &end) == 1 && !lsn_peer_of(c->s->unix_lsn, fd, &p)) {
     c->fd = fd;
-    c->caller = (srv_caller){.local = 1, .uid = p.uid, .gid = p.gid, .pid = p.pid};
+    c->caller = (srv_caller){.local = 1, .peer = p};
   }
   gpr_free(peer);
 }

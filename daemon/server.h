@@ -14,6 +14,8 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "listen.h"
+
 typedef struct srv srv;
 typedef struct srv_call srv_call;
 
@@ -57,13 +59,12 @@ void srv_stop(srv *s, void (*done)(void *arg), void *arg);
 void *srv_call_data(const srv_call *c);
 
 // Who is calling. Over the Unix socket: local, with the connection's peer
-// credentials (SO_PEERCRED). Over TCP: not local, and the bearer token (one
-// per daemon) is all there is.
+// credentials (SO_PEERCRED) and its user's groups as they were when it
+// connected (lsn_peer). Over TCP: not local, and the bearer token (one per
+// daemon) is all there is.
 typedef struct srv_caller {
   int local;
-  uid_t uid;
-  gid_t gid;
-  pid_t pid;
+  lsn_peer peer;
 } srv_caller;
 const srv_caller *srv_call_caller(const srv_call *c);
 
