@@ -1,0 +1,107 @@
+// One POET-X weight on the cpu: block rotations, permutations, the forward
+// and backward of the chain, the effective weight and the merge's rebasing
+// (poet.h).
+#include <string.h>
+
+#include "kernels/cpu/gemm.h"
+#include "poet/poet.h"
+
+void eng_poet_rotate(int T, int dim, int b, const float *x, int ldx, const float *R, int trans, float *y, int ldy) {
+  for (int k = 0; k < dim / b; k++)
+    eng_k_sgemm(0, trans, T, b, b, x + (size_t)k * b, ldx, R + (size_t)k * b * b, b, 0.0f, y + (size_t)k * b, ldy);
+}
+
+void eng_poet_rotate_dR(int T, int dim, int b, const float *x, int ldx, const float *dy, int ldy, float *dR) {
+  for (int k = 0; k < dim / b; k++)
+    eng_k_sgemm(1, 0, b, b, T, x + (size_t)k * b, ldx, dy + (size_t)k * b, ldy, 1.0f, dR + (size_t)k * b * b, b);
+}
+
+void eng_poet_gather(int T, int dim, const int32_t *perm, const float *x, float *y) {
+#pragma omp parallel for schedule(static) if ((size_t)T * dim > 65536)
+  for (int t = 0; t < T; t++) {
+    const float *xr = x + (size_t)t * dim;
+    float *yr = y + (size_t)t * dim;
+    for (int j = 0; j < dim; j++) yr[j] = xr[perm[j]];
+  }
+}
+
+void eng_poet_scatter(int T, int dim, const int32_t *perm, const float *y, float *x, int add) {
+#pragma omp parallel for schedule(static) if ((size_t)T * dim > 65536)
+  for (int t = 0; t < T; t++) {
+    const float *yr = y + (size_t)t * dim;
+    float *xr = x + (size_t)t * dim;
+    if (add)
+      for (int j = 0; j < dim; j++) xr[perm[j]] += yr[j];
+    else
+      for (int j = 0; j < dim; j++) xr[perm[j]] = yr[j];
+  }
+}
+
+void eng_poet_perm(eng_rng *rng, int n, int32_t *perm) {
+  for (int i = 0; i < n; i++) perm[i] = i;
+  eng_rng_shuffle_u32(rng, (uint32_t *)perm, (uint64_t)n);
+}
+
+// z [T, m] = (x gathered by pin) · diag(R_in) · W0ᵀ; u, v: [T, n] each.
+static void to_z(const eng_poet_weight *w, int T, const float *x, float *z, float *u, float *v) {
+  eng_poet_gather(T, w->n, w->pin, x, u);
+  eng_poet_rotate(T, w->n, w->b, u, w->n, w->Rin, 0, v, w->n);
+  eng_k_sgemm(0, 1, T, w->m, w->n, v, w->n, w->W0, w->n, 0.0f, z, w->m);
+}
+
+void eng_poet_forward(const eng_poet_weight *w, int T, const float *x, float *y, float *z, float *work) {
+  int wide = w->n > w->m ? w->n : w->m;
+  float *u = work, *v = u + (size_t)T * w->n, *zz = z ? z : v + (size_t)T * wide;
+  to_z(w, T, x, zz, u, v);
+  float *rot = v; // v is done with; it has room for [T, m]
+  eng_poet_rotate(T, w->m, w->b, zz, w->m, w->Rout, 0, rot, w->m);
+  eng_poet_gather(T, w->m, w->pout, rot, y);
+  if (w->bias)
+    for (int t = 0; t < T; t++)
+      for (int i = 0; i < w->m; i++) y[(size_t)t * w->m + i] += w->bias[i];
+}
+
+void eng_poet_backward(const eng_poet_weight *w, int T, const float *x, const float *z, const float *dy, float *dx,
+                       int add, float *dRin, float *dRout, float *work) {
+  size_t tn = (size_t)T * w->n, tm = (size_t)T * w->m;
+  float *u = work, *nb = u + tn, *dw = nb + tn, *mb = dw + tm;
+  // y = w gathered by pout: dw is dy scattered back.
+  eng_poet_scatter(T, w->m, w->pout, dy, dw, 0);
+  if (!z) { // the memory mode: z again, from x (u stays for dR_in)
+    to_z(w, T, x, mb, u, nb);
+    z = mb;
+  } else {
+    eng_poet_gather(T, w->n, w->pin, x, u);
+  }
+  eng_poet_rotate_dR(T, w->m, w->b, z, w->m, dw, w->m, dRout);
+  eng_poet_rotate(T, w->m, w->b, dw, w->m, w->Rout, 1, mb, w->m);                  // dz
+  eng_k_sgemm(0, 0, T, w->n, w->m, mb, w->m, w->W0, w->n, 0.0f, nb, w->n);         // dv = dz · W0
+  eng_poet_rotate_dR(T, w->n, w->b, u, w->n, nb, w->n, dRin);
+  eng_poet_rotate(T, w->n, w->b, nb, w->n, w->Rin, 1, u, w->n);                    // du
+  eng_poet_scatter(T, w->n, w->pin, u, dx, add);
+}
+
+// W[i, pin[c]] = (diag(R_out)ᵀ · W0 · diag(R_in)ᵀ)[pout[i], c]: the chain's
+// products moved onto the weight.
+void eng_poet_effective(const eng_poet_weight *w, float *W, float *work) {
+  int m = w->m, n = w->n, b = w->b;
+  for (int k = 0; k < m / b; k++) // block row k: R_out[k]ᵀ · W0[kb.., :]
+    eng_k_sgemm(1, 0, b, n, b, w->Rout + (size_t)k * b * b, b, w->W0 + (size_t)k * b * n, n, 0.0f,
+                work + (size_t)k * b * n, n);
+  float *W2 = W; // · diag(R_in)ᵀ into W, then permuted in place below
+  eng_poet_rotate(m, n, b, work, n, w->Rin, 1, W2, n);
+  memcpy(work, W2, (size_t)m * n * sizeof *work);
+  for (int i = 0; i < m; i++) {
+    const float *src = work + (size_t)w->pout[i] * n;
+    float *dst = W + (size_t)i * n;
+    for (int c = 0; c < n; c++) dst[w->pin[c]] = src[c];
+  }
+}
+
+void eng_poet_rebase(int m, int n, const float *W, const int32_t *pin, const int32_t *pout, float *W0) {
+  for (int i = 0; i < m; i++) {
+    const float *src = W + (size_t)i * n;
+    float *dst = W0 + (size_t)pout[i] * n;
+    for (int c = 0; c < n; c++) dst[c] = src[pin[c]];
+  }
+}

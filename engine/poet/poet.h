@@ -1,0 +1,98 @@
+// POET-X (issue 16): a linear weight trained as an orthogonal equivalence
+// transform of a frozen base, W = P_out·R_out·W0·R_in·P_in in the paper's
+// words. This module owns the math of one weight on the cpu: the trainable
+// parameters' layout, the Cayley–Neumann map to the rotations and its
+// backward, the block rotations and permutations, the weight's forward and
+// backward (input-centric: the m×n transformed matrix is never built), the
+// effective weight an export writes, and the merge's rebasing.
+//
+// For W0 [m, n] (out, in), a block size b dividing m and n, and x [T, n]:
+//   u = x gathered by pin     u[:, j] = x[:, pin[j]]
+//   v = u · diag(R_in)        v[:, kb..kb+b) = u[:, kb..kb+b) · R_in[k]
+//   z = v · W0ᵀ
+//   w = z · diag(R_out)
+//   y = w gathered by pout    y[:, i] = w[:, pout[i]]   (+ bias)
+// W0 is frozen (no dW0), and so is the bias. It is added last, in the
+// layer's own coordinates, so that it stays what it is: the authors add it
+// to z, where R_out turns a frozen bias along with the weight and a merge's
+// new permutations move it. With every R = I the weight is the permuted W0,
+// so eng_poet_rebase places a merged weight under new permutations without
+// changing what the layer computes.
+//
+// Each rotation block comes from a skew-symmetric Q, stored as its strict
+// upper triangle in row-major order (Q[i][j] = θ, Q[j][i] = −θ for i < j;
+// b(b−1)/2 values, zero at the start and after each merge), through the
+// Cayley–Neumann series with three terms as the authors' fused kernel forms
+// it: R = (I + Q)(I + Q + Q² + Q³) = I + 2Q + 2Q² + 2Q³ + Q⁴ (their pure-PyTorch
+// fallback has 2Q⁴ instead). R is orthogonal up to O(‖Q‖⁴):
+// eng_poet_orth_err measures how far.
+//
+// Products go through eng_k_sgemm (kernels/cpu/gemm.h): a run's route
+// decides their last bits, as for every other product of the engine.
+#ifndef ENG_POET_POET_H
+#define ENG_POET_POET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/rng.h"
+
+// Trainable values per block of size b.
+static inline size_t eng_poet_tri(int b) { return (size_t)b * (size_t)(b - 1) / 2; }
+
+// R[nblk][b][b] from theta[nblk][tri(b)]. work: 2·b·b floats.
+void eng_poet_cayley(int nblk, int b, const float *theta, float *R, float *work);
+// dtheta[nblk][tri(b)] += dL/dθ, given dR = dL/dR [nblk][b][b] at theta.
+// work: 6·b·b floats.
+void eng_poet_cayley_bwd(int nblk, int b, const float *theta, const float *dR, float *dtheta, float *work);
+// The largest ‖RᵀR − I‖_F over the blocks, in double.
+double eng_poet_orth_err(int nblk, int b, const float *R);
+
+// y = x · diag(R) (trans = 0) or x · diag(R)ᵀ (trans = 1) over T rows of dim
+// values, rows ldx and ldy floats apart; y must not overlap x.
+void eng_poet_rotate(int T, int dim, int b, const float *x, int ldx, const float *R, int trans, float *y, int ldy);
+// dR[k] += x_kᵀ · dy_k over the T rows: the gradient of the blocks of
+// y = x · diag(R).
+void eng_poet_rotate_dR(int T, int dim, int b, const float *x, int ldx, const float *dy, int ldy, float *dR);
+// y[t, j] = x[t, perm[j]] (gather) and x[t, perm[j]] = y[t, j] (scatter;
+// add = 1: +=), rows dim floats apart.
+void eng_poet_gather(int T, int dim, const int32_t *perm, const float *x, float *y);
+void eng_poet_scatter(int T, int dim, const int32_t *perm, const float *y, float *x, int add);
+// A uniformly random permutation of 0..n-1.
+void eng_poet_perm(eng_rng *rng, int n, int32_t *perm);
+
+// One weight: its frozen parts and the rotations of its current θ.
+typedef struct eng_poet_weight {
+  int m, n, b;                // out, in, block size
+  const float *W0;            // [m, n]
+  const float *bias;          // [m], or NULL
+  const int32_t *pin, *pout;  // [n], [m]
+  const float *Rin, *Rout;    // [n/b][b][b], [m/b][b][b] (eng_poet_cayley)
+} eng_poet_weight;
+
+// Floats of work the forward and the backward take for T rows.
+static inline size_t eng_poet_fwd_work(const eng_poet_weight *w, int T) {
+  return (size_t)T * (size_t)(w->n + (w->n > w->m ? w->n : w->m) + w->m);
+}
+static inline size_t eng_poet_bwd_work(const eng_poet_weight *w, int T) {
+  return (size_t)T * (size_t)(2 * w->n + 2 * w->m);
+}
+
+// y [T, m] for x [T, n]. z (NULL, or [T, m]) keeps the product before the
+// output rotation for the backward: the fast mode; without it the backward
+// recomputes it from x (the memory mode). Both give the same bits.
+void eng_poet_forward(const eng_poet_weight *w, int T, const float *x, float *y, float *z, float *work);
+// For dy [T, m]: dx [T, n] (add = 0: =, 1: +=), and dRin, dRout (+=, as the
+// blocks' dL/dR) for the θ's through eng_poet_cayley_bwd. z is the forward's
+// kept product, or NULL.
+void eng_poet_backward(const eng_poet_weight *w, int T, const float *x, const float *z, const float *dy, float *dx,
+                       int add, float *dRin, float *dRout, float *work);
+
+// The effective weight W [m, n] (y = x·Wᵀ + bias), which an export writes.
+// work: m·n floats.
+void eng_poet_effective(const eng_poet_weight *w, float *W, float *work);
+// W0 [m, n] that computes W with every R = I under the permutations pin,
+// pout: the merge's new base (W0[pout[i], c] = W[i, pin[c]]).
+void eng_poet_rebase(int m, int n, const float *W, const int32_t *pin, const int32_t *pout, float *W0);
+
+#endif
