@@ -95,4 +95,22 @@ void eng_poet_effective(const eng_poet_weight *w, float *W, float *work);
 // pout: the merge's new base (W0[pout[i], c] = W[i, pin[c]]).
 void eng_poet_rebase(int m, int n, const float *W, const int32_t *pin, const int32_t *pout, float *W0);
 
+// Merge-then-reinitialise one weight: W0 becomes its effective weight,
+// placed under new permutations drawn from rng, and θ (both sides) returns
+// to zero, so the layer computes what it computed before. The caller resets
+// the θ's Adam moments and step count. theta_in [n/b][tri(b)], theta_out
+// [m/b][tri(b)]. Returns the orthogonality error the merged rotations had
+// (the larger side's, eng_poet_orth_err). work: eng_poet_merge_work floats.
+static inline size_t eng_poet_merge_work(int m, int n, int b) {
+  return (size_t)(m + n) * (size_t)b + 2 * (size_t)m * n + 2 * (size_t)b * b;
+}
+double eng_poet_merge(int m, int n, int b, float *W0, float *theta_in, float *theta_out, int32_t *pin, int32_t *pout,
+                      eng_rng *rng, float *work);
+
+// The gradient-clipping threshold's factor for the update after `step`
+// updates with merges every merge_every: 0.1 right after a merge, rising
+// linearly to 1 over the next 10 updates, 1 before the first merge (the
+// authors' schedule, without their cut-off at a fixed step).
+float eng_poet_clip_ramp(int64_t step, int merge_every);
+
 #endif
