@@ -118,7 +118,7 @@ static int cpu_copy(eng_exec *x, void *dst, const void *src, size_t bytes, eng_e
 static int cpu_layer_fwd(eng_exec *x, const void *w, const void *in, void *out, int acts, eng_err *e) {
   (void)e;
   cpu_state *s = x->be;
-  eng_layer_fwd(&x->m->cfg, &x->m->lo, w, in, out, x->mb, x->p.seq_len, &s->acts[acts]);
+  eng_layer_fwd(&x->m->cfg, &x->m->lo, w, in, out, x->mb, x->p.seq_len, &s->acts[acts], NULL);
   return 0;
 }
 
@@ -126,7 +126,7 @@ static int cpu_layer_bwd(eng_exec *x, const void *w, float *g, const void *in, i
                          eng_err *e) {
   (void)e;
   cpu_state *s = x->be;
-  eng_layer_bwd(&x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, x->mb, x->p.seq_len, &s->scratch);
+  eng_layer_bwd(&x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, x->mb, x->p.seq_len, &s->scratch, NULL);
   return 0;
 }
 

@@ -108,14 +108,48 @@ static void rows_swiglu_bwd(void *p, int r0, int r1) {
   eng_k_swiglu_bwd(r->dgu + r0 * 2 * ff, r->dh + r0 * ff, r->a->gu + r0 * 2 * ff, r1 - r0, (int)ff);
 }
 
+// POET-X weight k of the layer: the shard's tensor p (out × in) and bias.
+static eng_poet_weight poet_w(const eng_poet_layer *pl, int k, const eng_layout *lo, const float *w, eng_layer_param p,
+                              eng_layer_param bias) {
+  const eng_tensor *t = &lo->layer_proto[p];
+  return (eng_poet_weight){t->rows, t->cols, pl->b, w + t->off,
+                           bias != ENG_P_LAYER_COUNT && lo->layer_proto[bias].numel ? w + lo->layer_proto[bias].off : NULL,
+                           pl->pin[k], pl->pout[k], pl->rin[k], pl->rout[k]};
+}
+
+// The layer's weights in POET order, with their biases (none: LAYER_COUNT).
+static const eng_layer_param poet_param[ENG_POET_WEIGHTS][2] = {
+    {ENG_P_WQ, ENG_P_BQ},         {ENG_P_WK, ENG_P_BK},           {ENG_P_WV, ENG_P_BV},
+    {ENG_P_WO, ENG_P_LAYER_COUNT}, {ENG_P_WGATE, ENG_P_LAYER_COUNT}, {ENG_P_WUP, ENG_P_LAYER_COUNT},
+    {ENG_P_WDOWN, ENG_P_LAYER_COUNT}};
+
+// y (rows ldy apart) = weight k's chain of x (rows ldx apart).
+static void poet_fwd(const eng_poet_layer *pl, int k, const eng_layout *lo, const float *w, int n, const float *x,
+                     int ldx, float *y, int ldy) {
+  eng_poet_weight pw = poet_w(pl, k, lo, w, poet_param[k][0], poet_param[k][1]);
+  eng_poet_forward(&pw, n, x, ldx, y, ldy, NULL, pl->work);
+}
+
+static void poet_bwd(const eng_poet_layer *pl, int k, const eng_layout *lo, const float *w, int n, const float *x,
+                     int ldx, const float *dy, int lddy, float *dx, int lddx, int add) {
+  eng_poet_weight pw = poet_w(pl, k, lo, w, poet_param[k][0], poet_param[k][1]);
+  eng_poet_backward(&pw, n, x, ldx, NULL, dy, lddy, dx, lddx, add, pl->drin[k], pl->drout[k], pl->work);
+}
+
 void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, const float *x,
-                   float *y, int B, int T, eng_layer_acts *a) {
+                   float *y, int B, int T, eng_layer_acts *a, const eng_poet_layer *poet) {
   const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
   const int qd = H * hd, kvd = KV * hd, qkvd = qd + 2 * kvd, ff = c->d_ff;
 
   eng_k_rmsnorm_fwd(a->xn1, a->rstd1, x, W(ENG_P_ATTN_NORM), n, d, c->rms_eps);
   // q, k and v as one product: the layout stacks their weights and biases.
-  eng_k_linear_fwd(a->qkv, a->xn1, W(ENG_P_WQ), W(ENG_P_BQ), n, d, qkvd);
+  if (poet) {
+    poet_fwd(poet, ENG_POET_Q, lo, w, n, a->xn1, d, a->qkv, qkvd);
+    poet_fwd(poet, ENG_POET_K, lo, w, n, a->xn1, d, a->qkv + qd, qkvd);
+    poet_fwd(poet, ENG_POET_V, lo, w, n, a->xn1, d, a->qkv + qd + kvd, qkvd);
+  } else {
+    eng_k_linear_fwd(a->qkv, a->xn1, W(ENG_P_WQ), W(ENG_P_BQ), n, d, qkvd);
+  }
   if (c->qk_norm) { // Qwen3: RMSNorm over each head's hd values, before RoPE
     eng_k_headnorm_fwd(a->q, a->ldq, a->rstdq, a->qkv, qkvd, W(ENG_P_QNORM), n, H, hd, c->rms_eps);
     eng_k_headnorm_fwd(a->k, a->ldk, a->rstdk, a->qkv + qd, qkvd, W(ENG_P_KNORM), n, KV, hd, c->rms_eps);
@@ -125,6 +159,16 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
   eng_k_attention_fwd(a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv, B, T, H, KV, hd);
   // o projection lands in y; its rows become xmid = x + y and the MLP norm.
   rows_ctx rc = {c, x, W(ENG_P_MLP_NORM), y, a, NULL, NULL};
+  if (poet) { // the chains, then the same row epilogues over all rows
+    poet_fwd(poet, ENG_POET_O, lo, w, n, a->att, qd, y, d);
+    rows_attn_out(&rc, 0, n);
+    poet_fwd(poet, ENG_POET_GATE, lo, w, n, a->xn2, d, a->gu, 2 * ff);
+    poet_fwd(poet, ENG_POET_UP, lo, w, n, a->xn2, d, a->gu + ff, 2 * ff);
+    rows_swiglu(&rc, 0, n);
+    poet_fwd(poet, ENG_POET_DOWN, lo, w, n, a->hact, ff, y, d);
+    rows_mlp_out(&rc, 0, n);
+    return;
+  }
   eng_k_linear_fwd_then(y, a->att, W(ENG_P_WO), NULL, n, qd, d, rows_attn_out, &rc);
   // gate and up as one product (the layout stacks their weights), SwiGLU on
   // its rows; then down, plus the residual.
@@ -134,19 +178,28 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
 
 void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, float *dw,
                    const float *x, const eng_layer_acts *a, const float *dy, float *dx,
-                   int B, int T, eng_layer_scratch *s) {
+                   int B, int T, eng_layer_scratch *s, const eng_poet_layer *poet) {
   const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
   const int qd = H * hd, kvd = KV * hd, qkvd = qd + 2 * kvd, ff = c->d_ff;
 
   // MLP: y = xmid + down(silu(gate) * up), gate/up = proj(norm2(xmid)).
   rows_ctx rc = {c, x, NULL, NULL, (eng_layer_acts *)a, s->dh, s->dgu};
-  eng_k_linear_bwd_then(s->dh, DW(ENG_P_WDOWN), NULL, dy, a->hact, W(ENG_P_WDOWN), n, ff, d, 0, rows_swiglu_bwd, &rc);
-  eng_k_linear_bwd(s->dxn, DW(ENG_P_WGATE), NULL, s->dgu, a->xn2, W(ENG_P_WGATE), n, d, 2 * ff, 0);
+  if (poet) {
+    poet_bwd(poet, ENG_POET_DOWN, lo, w, n, a->hact, ff, dy, d, s->dh, ff, 0);
+    rows_swiglu_bwd(&rc, 0, n);
+    poet_bwd(poet, ENG_POET_GATE, lo, w, n, a->xn2, d, s->dgu, 2 * ff, s->dxn, d, 0);
+    poet_bwd(poet, ENG_POET_UP, lo, w, n, a->xn2, d, s->dgu + ff, 2 * ff, s->dxn, d, 1);
+  } else {
+    eng_k_linear_bwd_then(s->dh, DW(ENG_P_WDOWN), NULL, dy, a->hact, W(ENG_P_WDOWN), n, ff, d, 0, rows_swiglu_bwd,
+                          &rc);
+    eng_k_linear_bwd(s->dxn, DW(ENG_P_WGATE), NULL, s->dgu, a->xn2, W(ENG_P_WGATE), n, d, 2 * ff, 0);
+  }
   // dy reaches xmid through the residual and through the norm.
   eng_k_rmsnorm_bwd(s->dxmid, DW(ENG_P_MLP_NORM), s->dxn, dy, a->xmid, W(ENG_P_MLP_NORM), a->rstd2, n, d);
 
   // Attention: xmid = x + o(attn(rope(qk_norm(proj(norm1(x)))))).
-  eng_k_linear_bwd(s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0);
+  if (poet) poet_bwd(poet, ENG_POET_O, lo, w, n, a->att, qd, s->dxmid, d, s->datt, qd, 0);
+  else eng_k_linear_bwd(s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0);
   eng_k_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv,
                       B, T, H, KV, hd);
   eng_k_rope_bwd(s->dq, a->ldq, B, T, H, hd, c->rope_theta);
@@ -156,6 +209,12 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
     eng_k_headnorm_bwd(s->dqkv + qd, DW(ENG_P_KNORM), s->dk, kvd, a->qkv + qd, qkvd, W(ENG_P_KNORM), a->rstdk, n,
                        KV, hd);
   }
-  eng_k_linear_bwd(s->dxn, DW(ENG_P_WQ), DW(ENG_P_BQ), s->dqkv, a->xn1, W(ENG_P_WQ), n, d, qkvd, 0);
+  if (poet) {
+    poet_bwd(poet, ENG_POET_Q, lo, w, n, a->xn1, d, s->dqkv, qkvd, s->dxn, d, 0);
+    poet_bwd(poet, ENG_POET_K, lo, w, n, a->xn1, d, s->dqkv + qd, qkvd, s->dxn, d, 1);
+    poet_bwd(poet, ENG_POET_V, lo, w, n, a->xn1, d, s->dqkv + qd + kvd, qkvd, s->dxn, d, 1);
+  } else {
+    eng_k_linear_bwd(s->dxn, DW(ENG_P_WQ), DW(ENG_P_BQ), s->dqkv, a->xn1, W(ENG_P_WQ), n, d, qkvd, 0);
+  }
   eng_k_rmsnorm_bwd(dx, DW(ENG_P_ATTN_NORM), s->dxn, s->dxmid, x, W(ENG_P_ATTN_NORM), a->rstd1, n, d);
 }

@@ -3,12 +3,18 @@
 //   xmid ─ RMSNorm ─ gate,up proj ─ SwiGLU ─ down proj ─(+xmid)= y
 // The forward keeps what the backward needs in an eng_layer_acts of one
 // micro-batch; the executor recomputes it from the layer's input before the
-// backward (activation checkpointing at layer granularity).
+// backward (activation checkpointing at layer granularity). Under POET-X
+// (poet non-NULL) the seven products are the weights' POET chains
+// (poet/poet.h, in the memory mode: the backward recomputes each chain's
+// inner product from the input it keeps anyway), the backward adds dL/dR
+// into poet's accumulators instead of weight gradients, and the biases stay
+// frozen; the norms train as before.
 #ifndef ENG_EXEC_LAYER_H
 #define ENG_EXEC_LAYER_H
 
 #include "backend/backend.h"
 #include "model/layout.h"
+#include "poet/poet.h"
 
 // Activations of one layer for one micro-batch of n = B*T rows.
 typedef struct eng_layer_acts {
@@ -42,12 +48,12 @@ void eng_layer_scratch_bind(eng_layer_scratch *s, float *buf, const eng_config *
 
 // y = layer(x) for B sequences of T tokens; w is the layer shard.
 void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, const float *x,
-                   float *y, int B, int T, eng_layer_acts *a);
+                   float *y, int B, int T, eng_layer_acts *a, const eng_poet_layer *poet);
 
 // Given acts from eng_layer_fwd on the same x, dy -> dx (written) and the
 // layer's weight gradients accumulated into dw (the layer's gradient shard).
 void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, float *dw,
                    const float *x, const eng_layer_acts *a, const float *dy, float *dx,
-                   int B, int T, eng_layer_scratch *s);
+                   int B, int T, eng_layer_scratch *s, const eng_poet_layer *poet);
 
 #endif

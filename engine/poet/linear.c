@@ -16,20 +16,20 @@ void eng_poet_rotate_dR(int T, int dim, int b, const float *x, int ldx, const fl
     eng_k_sgemm(1, 0, b, b, T, x + (size_t)k * b, ldx, dy + (size_t)k * b, ldy, 1.0f, dR + (size_t)k * b * b, b);
 }
 
-void eng_poet_gather(int T, int dim, const int32_t *perm, const float *x, float *y) {
+void eng_poet_gather(int T, int dim, const int32_t *perm, const float *x, int ldx, float *y, int ldy) {
 #pragma omp parallel for schedule(static) if ((size_t)T * dim > 65536)
   for (int t = 0; t < T; t++) {
-    const float *xr = x + (size_t)t * dim;
-    float *yr = y + (size_t)t * dim;
+    const float *xr = x + (size_t)t * ldx;
+    float *yr = y + (size_t)t * ldy;
     for (int j = 0; j < dim; j++) yr[j] = xr[perm[j]];
   }
 }
 
-void eng_poet_scatter(int T, int dim, const int32_t *perm, const float *y, float *x, int add) {
+void eng_poet_scatter(int T, int dim, const int32_t *perm, const float *y, int ldy, float *x, int ldx, int add) {
 #pragma omp parallel for schedule(static) if ((size_t)T * dim > 65536)
   for (int t = 0; t < T; t++) {
-    const float *yr = y + (size_t)t * dim;
-    float *xr = x + (size_t)t * dim;
+    const float *yr = y + (size_t)t * ldy;
+    float *xr = x + (size_t)t * ldx;
     if (add)
       for (int j = 0; j < dim; j++) xr[perm[j]] += yr[j];
     else
@@ -42,43 +42,56 @@ void eng_poet_perm(eng_rng *rng, int n, int32_t *perm) {
   eng_rng_shuffle_u32(rng, (uint32_t *)perm, (uint64_t)n);
 }
 
+size_t eng_poet_layer_work(int d, int ff, int qd, int kvd, int n) {
+  const int dims[][2] = {{qd, d}, {kvd, d}, {d, qd}, {ff, d}, {d, ff}}; // out, in
+  size_t most = 0;
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+    eng_poet_weight w = {.m = dims[i][0], .n = dims[i][1]};
+    size_t f = eng_poet_fwd_work(&w, n), b = eng_poet_bwd_work(&w, n);
+    if (f > most) most = f;
+    if (b > most) most = b;
+  }
+  return most;
+}
+
 // z [T, m] = (x gathered by pin) · diag(R_in) · W0ᵀ; u, v: [T, n] each.
-static void to_z(const eng_poet_weight *w, int T, const float *x, float *z, float *u, float *v) {
-  eng_poet_gather(T, w->n, w->pin, x, u);
+static void to_z(const eng_poet_weight *w, int T, const float *x, int ldx, float *z, float *u, float *v) {
+  eng_poet_gather(T, w->n, w->pin, x, ldx, u, w->n);
   eng_poet_rotate(T, w->n, w->b, u, w->n, w->Rin, 0, v, w->n);
   eng_k_sgemm(0, 1, T, w->m, w->n, v, w->n, w->W0, w->n, 0.0f, z, w->m);
 }
 
-void eng_poet_forward(const eng_poet_weight *w, int T, const float *x, float *y, float *z, float *work) {
+void eng_poet_forward(const eng_poet_weight *w, int T, const float *x, int ldx, float *y, int ldy, float *z,
+                      float *work) {
   int wide = w->n > w->m ? w->n : w->m;
   float *u = work, *v = u + (size_t)T * w->n, *zz = z ? z : v + (size_t)T * wide;
-  to_z(w, T, x, zz, u, v);
+  to_z(w, T, x, ldx, zz, u, v);
   float *rot = v; // v is done with; it has room for [T, m]
   eng_poet_rotate(T, w->m, w->b, zz, w->m, w->Rout, 0, rot, w->m);
-  eng_poet_gather(T, w->m, w->pout, rot, y);
+  eng_poet_gather(T, w->m, w->pout, rot, w->m, y, ldy);
   if (w->bias)
     for (int t = 0; t < T; t++)
-      for (int i = 0; i < w->m; i++) y[(size_t)t * w->m + i] += w->bias[i];
+      for (int i = 0; i < w->m; i++) y[(size_t)t * ldy + i] += w->bias[i];
 }
 
-void eng_poet_backward(const eng_poet_weight *w, int T, const float *x, const float *z, const float *dy, float *dx,
-                       int add, float *dRin, float *dRout, float *work) {
+void eng_poet_backward(const eng_poet_weight *w, int T, const float *x, int ldx, const float *z, const float *dy,
+                       int lddy, float *dx, int lddx, int add, float *dRin, float *dRout, float *work) {
   size_t tn = (size_t)T * w->n, tm = (size_t)T * w->m;
   float *u = work, *nb = u + tn, *dw = nb + tn, *mb = dw + tm;
   // y = w gathered by pout: dw is dy scattered back.
-  eng_poet_scatter(T, w->m, w->pout, dy, dw, 0);
+  eng_poet_scatter(T, w->m, w->pout, dy, lddy, dw, w->m, 0);
   if (!z) { // the memory mode: z again, from x (u stays for dR_in)
-    to_z(w, T, x, mb, u, nb);
+    to_z(w, T, x, ldx, mb, u, nb);
     z = mb;
   } else {
-    eng_poet_gather(T, w->n, w->pin, x, u);
+    eng_poet_gather(T, w->n, w->pin, x, ldx, u, w->n);
   }
   eng_poet_rotate_dR(T, w->m, w->b, z, w->m, dw, w->m, dRout);
   eng_poet_rotate(T, w->m, w->b, dw, w->m, w->Rout, 1, mb, w->m);                  // dz
   eng_k_sgemm(0, 0, T, w->n, w->m, mb, w->m, w->W0, w->n, 0.0f, nb, w->n);         // dv = dz · W0
   eng_poet_rotate_dR(T, w->n, w->b, u, w->n, nb, w->n, dRin);
   eng_poet_rotate(T, w->n, w->b, nb, w->n, w->Rin, 1, u, w->n);                    // du
-  eng_poet_scatter(T, w->n, w->pin, u, dx, add);
+  eng_poet_scatter(T, w->n, w->pin, u, w->n, dx, lddx, add);
 }
 
 // W[i, pin[c]] = (diag(R_out)ᵀ · W0 · diag(R_in)ᵀ)[pout[i], c]: the chain's

@@ -55,9 +55,9 @@ void eng_poet_rotate(int T, int dim, int b, const float *x, int ldx, const float
 // y = x · diag(R).
 void eng_poet_rotate_dR(int T, int dim, int b, const float *x, int ldx, const float *dy, int ldy, float *dR);
 // y[t, j] = x[t, perm[j]] (gather) and x[t, perm[j]] = y[t, j] (scatter;
-// add = 1: +=), rows dim floats apart.
-void eng_poet_gather(int T, int dim, const int32_t *perm, const float *x, float *y);
-void eng_poet_scatter(int T, int dim, const int32_t *perm, const float *y, float *x, int add);
+// add = 1: +=), rows ldx and ldy floats apart.
+void eng_poet_gather(int T, int dim, const int32_t *perm, const float *x, int ldx, float *y, int ldy);
+void eng_poet_scatter(int T, int dim, const int32_t *perm, const float *y, int ldy, float *x, int ldx, int add);
 // A uniformly random permutation of 0..n-1.
 void eng_poet_perm(eng_rng *rng, int n, int32_t *perm);
 
@@ -78,15 +78,17 @@ static inline size_t eng_poet_bwd_work(const eng_poet_weight *w, int T) {
   return (size_t)T * (size_t)(2 * w->n + 2 * w->m);
 }
 
-// y [T, m] for x [T, n]. z (NULL, or [T, m]) keeps the product before the
-// output rotation for the backward: the fast mode; without it the backward
-// recomputes it from x (the memory mode). Both give the same bits.
-void eng_poet_forward(const eng_poet_weight *w, int T, const float *x, float *y, float *z, float *work);
-// For dy [T, m]: dx [T, n] (add = 0: =, 1: +=), and dRin, dRout (+=, as the
-// blocks' dL/dR) for the θ's through eng_poet_cayley_bwd. z is the forward's
-// kept product, or NULL.
-void eng_poet_backward(const eng_poet_weight *w, int T, const float *x, const float *z, const float *dy, float *dx,
-                       int add, float *dRin, float *dRout, float *work);
+// y [T, m] (rows ldy apart) for x [T, n] (rows ldx apart). z (NULL, or
+// [T, m] contiguous) keeps the product before the output rotation for the
+// backward: the fast mode; without it the backward recomputes it from x (the
+// memory mode). Both give the same bits.
+void eng_poet_forward(const eng_poet_weight *w, int T, const float *x, int ldx, float *y, int ldy, float *z,
+                      float *work);
+// For dy [T, m] (rows lddy apart): dx [T, n] (rows lddx apart; add = 0: =,
+// 1: +=), and dRin, dRout (+=, as the blocks' dL/dR) for the θ's through
+// eng_poet_cayley_bwd. x as the forward had it; z its kept product, or NULL.
+void eng_poet_backward(const eng_poet_weight *w, int T, const float *x, int ldx, const float *z, const float *dy,
+                       int lddy, float *dx, int lddx, int add, float *dRin, float *dRout, float *work);
 
 // The effective weight W [m, n] (y = x·Wᵀ + bias), which an export writes.
 // work: m·n floats.
@@ -94,6 +96,23 @@ void eng_poet_effective(const eng_poet_weight *w, float *W, float *work);
 // W0 [m, n] that computes W with every R = I under the permutations pin,
 // pout: the merge's new base (W0[pout[i], c] = W[i, pin[c]]).
 void eng_poet_rebase(int m, int n, const float *W, const int32_t *pin, const int32_t *pout, float *W0);
+
+// A decoder layer under POET-X: its seven weights (the frozen W0 are the
+// layer shard's own tensors, model/layout.h) with their permutations and the
+// rotations of their current θ; the backward adds into the dL/dR of each
+// side. exec/layer.c computes the layer with these in place of its plain
+// products; biases (Qwen2's q, k, v) stay frozen.
+enum { ENG_POET_Q, ENG_POET_K, ENG_POET_V, ENG_POET_O, ENG_POET_GATE, ENG_POET_UP, ENG_POET_DOWN, ENG_POET_WEIGHTS };
+typedef struct eng_poet_layer {
+  int b;
+  const int32_t *pin[ENG_POET_WEIGHTS], *pout[ENG_POET_WEIGHTS];
+  const float *rin[ENG_POET_WEIGHTS], *rout[ENG_POET_WEIGHTS];
+  float *drin[ENG_POET_WEIGHTS], *drout[ENG_POET_WEIGHTS]; // backward: dL/dR, +=
+  float *work;                                             // eng_poet_layer_work floats
+} eng_poet_layer;
+// Floats of work for a layer's forward or backward over n rows, the largest
+// weight's (in = out dims of d_model, d_ff and the attention's widths).
+size_t eng_poet_layer_work(int d, int ff, int qd, int kvd, int n);
 
 // Merge-then-reinitialise one weight: W0 becomes its effective weight,
 // placed under new permutations drawn from rng, and θ (both sides) returns

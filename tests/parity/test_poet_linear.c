@@ -38,7 +38,7 @@ static double loss_at(const eng_poet_weight *w0, const float *th_in, const float
   eng_poet_cayley(M / B, B, th_out, rout, cw);
   w.Rin = rin;
   w.Rout = rout;
-  eng_poet_forward(&w, T, x, y, NULL, work);
+  eng_poet_forward(&w, T, x, N, y, M, NULL, work);
   double l = 0;
   for (int i = 0; i < T * M; i++) l += (double)y[i] * dy[i];
   free(rin), free(rout), free(cw), free(y), free(work);
@@ -79,8 +79,8 @@ int main(void) {
   eng_poet_weight w = {M, N, B, w0, bias, pin, pout, rin, rout};
   float *work = malloc(sizeof(float) * eng_poet_bwd_work(&w, T));
   float *y = malloc(sizeof(float) * T * M), *y2 = malloc(sizeof(float) * T * M), *z = malloc(sizeof(float) * T * M);
-  eng_poet_forward(&w, T, x, y, z, work); // fast mode: z kept
-  eng_poet_forward(&w, T, x, y2, NULL, work);
+  eng_poet_forward(&w, T, x, N, y, M, z, work); // fast mode: z kept
+  eng_poet_forward(&w, T, x, N, y2, M, NULL, work);
   CHECK(!memcmp(y, y2, sizeof(float) * T * M), "the forward with and without z kept differ");
   ref = fx_f32(&f, "y", NULL);
   near("y", y, ref, (size_t)T * M, 1e-4);
@@ -94,7 +94,7 @@ int main(void) {
     dRout[mode] = calloc((size_t)(M / B) * B * B, sizeof(float));
     dthin[mode] = calloc(tri * (N / B), sizeof(float));
     dthout[mode] = calloc(tri * (M / B), sizeof(float));
-    eng_poet_backward(&w, T, x, mode ? NULL : z, dy, dx[mode], 0, dRin[mode], dRout[mode], work);
+    eng_poet_backward(&w, T, x, N, mode ? NULL : z, dy, M, dx[mode], N, 0, dRin[mode], dRout[mode], work);
     eng_poet_cayley_bwd(N / B, B, th_in, dRin[mode], dthin[mode], cw);
     eng_poet_cayley_bwd(M / B, B, th_out, dRout[mode], dthout[mode], cw);
   }
@@ -113,7 +113,7 @@ int main(void) {
   free(ref);
   // dx accumulates with add = 1.
   memcpy(dx[1], dx[0], sizeof(float) * T * N);
-  eng_poet_backward(&w, T, x, z, dy, dx[1], 1, dRin[1], dRout[1], work);
+  eng_poet_backward(&w, T, x, N, z, dy, M, dx[1], N, 1, dRin[1], dRout[1], work);
   for (int i = 0; i < T * N; i++) CHECK(dx[1][i] == 2.0f * dx[0][i], "dx with add = 1 does not accumulate");
 
   // The effective weight, and the merge's base under new permutations.
@@ -130,7 +130,7 @@ int main(void) {
   float *ein = malloc(sizeof(float) * (N / B) * B * B);
   eng_poet_cayley(N / B, B, zero, ein, cw);
   eng_poet_weight merged = {M, N, B, w0n, bias, pin2, pout2, ein, eye};
-  eng_poet_forward(&merged, T, x, y2, NULL, work);
+  eng_poet_forward(&merged, T, x, N, y2, M, NULL, work);
   near("y after the merge", y2, y, (size_t)T * M, 1e-5);
 
   // Central differences of L = Σ y·dy in a few θ of each side, in double

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Write the POET-X reference fixture that tests/parity/test_poet_linear.c reads.
+"""Write the POET-X reference fixtures: one weight (tests/fixtures/poet_linear, read by
+tests/parity/test_poet_linear.c) and whole models (tests/fixtures/poet_layers, read by
+tests/parity/test_poet_layer.c).
 
 A plain-PyTorch implementation of one POET-X weight (engine/poet/poet.h gives the
 parameterization; this file restates it independently with torch autograd, in
@@ -11,8 +13,18 @@ and the gradients autograd gives for L = sum(y * dy). The weight is not square
 counts. Also written: the effective weight, and the base the merge computes for
 new permutations.
 
+The model fixtures take the transformers fixture models (llama_tied, qwen2, qwen3 under
+tests/fixtures, with their input_ids and labels), converted to float64, and put every
+q, k, v, o, gate, up and down projection of every decoder layer under POET-X with
+block size 16 (random permutations and theta), biases added after the chain as
+poet.h does. transformers' own model then computes the loss; autograd gives the
+gradients of every theta, of the norms, the embedding and the head. The input and
+output of each decoder layer, and their gradients, are captured with hooks, so a
+layer can be checked on its own.
+
 Seeded, float64 math, stored as float32 (int32 permutations): a rerun writes the
 same bytes. Usage: .venv/bin/python3 tests/ref/gen_poet_fixtures.py [--out DIR]
+(DIR gets poet_linear/ and poet_layers/).
 """
 import argparse
 import hashlib
@@ -23,7 +35,12 @@ import torch
 from safetensors.torch import save_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_OUT = os.path.normpath(os.path.join(HERE, "..", "fixtures", "poet_linear"))
+FIXTURES = os.path.normpath(os.path.join(HERE, "..", "fixtures"))
+MODELS = ("llama_tied", "qwen2", "qwen3")
+LAYER_BLOCK = 16
+LAYER_THETA_SCALE = 0.05
+PROJS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+         "mlp.up_proj", "mlp.down_proj")
 
 M, N, B, T = 96, 64, 32, 40
 SEED = 1601
@@ -66,10 +83,97 @@ def effective(w0, pin, pout, r_in, r_out):
     return chain(eye, w0, torch.zeros(w0.shape[0], dtype=w0.dtype), pin, pout, r_in, r_out).T
 
 
+class PoetLinear(torch.nn.Module):
+    """A frozen nn.Linear under POET-X: chain() with trainable theta on both sides."""
+
+    def __init__(self, lin, b, scale):
+        super().__init__()
+        m, n = lin.weight.shape
+        tri = b * (b - 1) // 2
+        self.b = b
+        self.register_buffer("w0", lin.weight.detach().clone())
+        self.register_buffer("bias", lin.bias.detach().clone() if lin.bias is not None else torch.zeros(m, dtype=lin.weight.dtype))
+        self.register_buffer("pin", torch.randperm(n))
+        self.register_buffer("pout", torch.randperm(m))
+        self.theta_in = torch.nn.Parameter(torch.randn(n // b, tri, dtype=lin.weight.dtype) * scale)
+        self.theta_out = torch.nn.Parameter(torch.randn(m // b, tri, dtype=lin.weight.dtype) * scale)
+
+    def forward(self, x):
+        shape = x.shape
+        y = chain(x.reshape(-1, shape[-1]), self.w0, self.bias, self.pin, self.pout,
+                  cayley_neumann(self.theta_in, self.b), cayley_neumann(self.theta_out, self.b))
+        return y.reshape(*shape[:-1], y.shape[-1])
+
+
+def gen_layers(out):
+    import transformers
+    from safetensors.torch import load_file
+
+    os.makedirs(out, exist_ok=True)
+    for k, name in enumerate(MODELS):
+        torch.manual_seed(SEED + 1 + k)
+        src = os.path.join(FIXTURES, name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(src, dtype=torch.float64, attn_implementation="eager")
+        ref = load_file(os.path.join(src, "ref.safetensors"))
+        input_ids, labels = ref["input_ids"].long(), ref["labels"].long()
+        tensors = {}
+        for l, layer in enumerate(model.model.layers):
+            for proj in PROJS:
+                parent_name, leaf = proj.split(".")
+                parent = getattr(layer, parent_name)
+                setattr(parent, leaf, PoetLinear(getattr(parent, leaf), LAYER_BLOCK, LAYER_THETA_SCALE))
+        for p in model.parameters():
+            p.requires_grad_(False)
+        trainable = {n: p for n, p in model.named_parameters()
+                     if "theta_" in n or "norm" in n or "embed_tokens" in n or "lm_head" in n}
+        for p in trainable.values():
+            p.requires_grad_(True)
+        seen = {}
+
+        def hook(l):
+            def fn(mod, args, kwargs, output):
+                x = kwargs.get("hidden_states", args[0] if args else None)
+                y = output[0] if isinstance(output, tuple) else output
+                x.retain_grad()
+                y.retain_grad()
+                seen[l] = (x, y)
+            return fn
+
+        for l, layer in enumerate(model.model.layers):
+            layer.register_forward_hook(hook(l), with_kwargs=True)
+        loss = model(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+        f32 = lambda t: t.detach().to(torch.float32).contiguous()
+        tensors["loss"] = f32(loss.reshape(1))
+        for n, p in model.named_parameters():
+            if "theta_" in n:
+                tensors[n] = f32(p)
+            if p.requires_grad:
+                tensors["grad." + n] = f32(p.grad)
+        for n, b in model.named_buffers():
+            if n.endswith(".pin") or n.endswith(".pout"):
+                tensors[n] = b.to(torch.int32).contiguous()
+        for l, (x, y) in seen.items():
+            tensors[f"layer.{l}.x"], tensors[f"layer.{l}.y"] = f32(x), f32(y)
+            tensors[f"layer.{l}.dx"], tensors[f"layer.{l}.dy"] = f32(x.grad), f32(y.grad)
+        save_file(tensors, os.path.join(out, f"{name}.safetensors"))
+    meta = dict(models=list(MODELS), block=LAYER_BLOCK, theta_scale=LAYER_THETA_SCALE, seed=SEED,
+                torch=torch.__version__, series="R = (I + Q)(I + Q + Q^2 + Q^3)",
+                bias="added after the chain (poet.h)", math="float64, stored as float32",
+                loss="transformers' causal LM loss on the fixture's input_ids and labels",
+                names="model.layers.L.<proj>.theta_in|theta_out|pin|pout; grad.<parameter>; "
+                      "layer.L.x|y|dx|dy (decoder layer L's input and output and their gradients)")
+    with open(os.path.join(out, "ref.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--out", default=FIXTURES)
     args = ap.parse_args()
+    gen_layers(os.path.join(args.out, "poet_layers"))
+    out = os.path.join(args.out, "poet_linear")
     torch.manual_seed(SEED)
     torch.set_num_threads(1)
     f64 = torch.float64
@@ -109,16 +213,17 @@ def main():
         "w_eff": f32(w_eff), "pin2": i32(pin2), "pout2": i32(pout2), "w0_new": f32(w0_new),
         "orth_err": torch.tensor([orth(r_in.detach()), orth(r_out.detach())], dtype=torch.float32),
     }
-    os.makedirs(args.out, exist_ok=True)
-    st = os.path.join(args.out, "ref.safetensors")
+    os.makedirs(out, exist_ok=True)
+    st = os.path.join(out, "ref.safetensors")
     save_file(tensors, st)
     meta = dict(m=M, n=N, block=B, rows=T, seed=SEED, theta_scale=THETA_SCALE, torch=torch.__version__,
                 series="R = (I + Q)(I + Q + Q^2 + Q^3)", loss="sum(y * dy)", math="float64, stored as float32")
-    with open(os.path.join(args.out, "ref.json"), "w") as f:
+    with open(os.path.join(out, "ref.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True)
         f.write("\n")
-    for name in ("ref.safetensors", "ref.json"):
-        p = os.path.join(args.out, name)
+    files = [os.path.join(out, n) for n in ("ref.safetensors", "ref.json")]
+    files += [os.path.join(args.out, "poet_layers", n) for n in [m + ".safetensors" for m in MODELS] + ["ref.json"]]
+    for p in files:
         with open(p, "rb") as f:
             print(f"{p}: {os.path.getsize(p)} bytes, sha256 {hashlib.sha256(f.read()).hexdigest()[:16]}")
 

@@ -83,7 +83,7 @@ int main(void) {
   static float x[T * N], target[T * M], y[T * M], dy[T * M], dx[T * N], work[T * 2 * (M + N)];
   for (int i = 0; i < T * N; i++) x[i] = (float)eng_rng_normal(&rng);
   eng_poet_weight tw = weight_of(&teacher);
-  eng_poet_forward(&tw, T, x, target, NULL, work);
+  eng_poet_forward(&tw, T, x, N, target, M, NULL, work);
 
   static float dR[(N + M) * B], g[(N / B + M / B) * (B * (B - 1) / 2)], m1[sizeof g / sizeof *g],
       m2[sizeof g / sizeof *g];
@@ -93,7 +93,7 @@ int main(void) {
   for (int step = 0; step < STEPS; step++) {
     rotations(&st, cw);
     eng_poet_weight w = weight_of(&st);
-    eng_poet_forward(&w, T, x, y, NULL, work);
+    eng_poet_forward(&w, T, x, N, y, M, NULL, work);
     double loss = 0;
     for (int i = 0; i < T * M; i++) {
       float d = y[i] - target[i];
@@ -104,7 +104,7 @@ int main(void) {
     last = loss;
     memset(dR, 0, sizeof dR);
     memset(g, 0, sizeof g);
-    eng_poet_backward(&w, T, x, NULL, dy, dx, 0, dR, dR + N * B, work);
+    eng_poet_backward(&w, T, x, N, NULL, dy, M, dx, N, 0, dR, dR + N * B, work);
     eng_poet_cayley_bwd(N / B, B, st.theta, dR, g, cw);
     eng_poet_cayley_bwd(M / B, B, st.theta + (N / B) * tri, dR + N * B, g + (N / B) * tri, cw);
     double norm = 0;
