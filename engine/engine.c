@@ -21,7 +21,9 @@
 
 // Version 3 moved the q/k/v biases behind the three weights in a layer shard;
 // a version 2 checkpoint of a model without those biases has the same bytes.
-enum { MAX_NONFINITE_STREAK = 3, META_VERSION = 3 };
+// A POET-X run's checkpoints are version 4: the same layout plus its state,
+// which an older traind must not read as a plain model.
+enum { MAX_NONFINITE_STREAK = 3, META_VERSION = 3, META_VERSION_POET = 4 };
 
 struct eng_run {
   eng_spec spec;          // strings below are owned copies
@@ -63,6 +65,9 @@ void eng_spec_defaults(eng_spec *s) {
   s->device_cap = (size_t)1 << 30;
   s->ckpt_every = 1;
   s->ckpt_place = ENG_PLACE_DEVICE;
+  s->poet_block = 256;
+  s->poet_merge_every = 200;
+  s->poet_lr = 5e-4f;
 }
 
 static int spec_validate(const eng_spec *s, eng_err *e) {
@@ -89,6 +94,16 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
   if (s->grad_dtype != ENG_GRAD_BF16 && s->grad_dtype != ENG_GRAD_F32) BAD("unknown grad_dtype %d", s->grad_dtype);
   if (s->eval_every < 0 || (s->eval_every > 0 && !s->eval_path)) BAD("eval_every needs an eval_path");
   if (s->eval_batches < 1) BAD("eval_batches must be positive");
+  if (s->method != ENG_METHOD_FULL && s->method != ENG_METHOD_POETX) BAD("unknown method %d", s->method);
+  if (s->method == ENG_METHOD_POETX) {
+    if (s->poet_block < 2) BAD("poet_block must be at least 2 (got %d)", s->poet_block);
+    if (s->poet_merge_every < 1) BAD("poet_merge_every must be positive (got %d)", s->poet_merge_every);
+    if (!(s->poet_lr >= 0)) BAD("poet_lr must be non-negative");
+    if (s->device_gpu >= 0)
+      return eng_err_set(e, ENG_ENOTSUP, "spec: method poetx runs on the cpu backend only in this build (its "
+                         "CUDA kernels are not written yet); device_gpu must be -1");
+    if (s->clip_lagged) BAD("clip_lagged is not available with method poetx (its clipping ramps after each merge)");
+  }
   return 0;
 #undef BAD
 }
@@ -118,7 +133,8 @@ static eng_exec_policy spec_policy(const eng_spec *s) {
                            .plan = s->plan,
                            .spill_bps = s->spill_bps,
                            .cuda = s->device_gpu >= 0,
-                           .grad_bf16 = s->grad_dtype == ENG_GRAD_BF16};
+                           .grad_bf16 = s->grad_dtype == ENG_GRAD_BF16,
+                           .poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0};
 }
 
 // A plan checked against the spec and its model c, naming the field that
@@ -159,7 +175,8 @@ static eng_model_opts spec_model_opts(const eng_spec *s) {
                           .opt_fp32 = s->optimizer == ENG_OPT_ADAMW,
                           .opt_min_quant = s->opt_min_quant,
                           .opt_fp32_embed_head = s->opt_fp32_embed_head,
-                          .work_bf16 = s->device_gpu >= 0};
+                          .work_bf16 = s->device_gpu >= 0,
+                          .poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0};
 }
 
 // The spec checked, its model config and its tiers, without allocating.
@@ -284,6 +301,7 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   } else {
     eng_model_init_random(&r->model, spec->seed);
   }
+  if (r->model.poet.layers) eng_poet_model_perms(&r->model.poet, spec->seed);
   eng_model_work_refresh(&r->model);
   if (spec->train_path &&
       (rc = eng_data_open(&r->train, spec->fs, spec->train_path, spec->seq_len, cfg.vocab, spec->seed, 1, e)))
@@ -336,6 +354,26 @@ static int maybe_eval(eng_run *r, eng_metrics *m, eng_err *e) {
   return rc;
 }
 
+// Update round t (1-based) at learning rate lr, gradients scaled by scale.
+static eng_exec_update update_of(const eng_run *r, float lr, float scale, int64_t t) {
+  const eng_spec *s = &r->spec;
+  eng_exec_update u = {.lr = lr, .beta1 = s->beta1, .beta2 = s->beta2, .eps = s->eps,
+                       .weight_decay = s->weight_decay, .clip_scale = scale, .t = t};
+  if (s->method == ENG_METHOD_POETX) { // θ follows lr's schedule; merges every poet_merge_every updates
+    u.poet_lr = s->lr > 0 ? (float)((double)s->poet_lr * lr / s->lr) : s->poet_lr;
+    u.poet_t = (t - 1) % s->poet_merge_every + 1;
+    u.poet_merge = t % s->poet_merge_every == 0 ? t / s->poet_merge_every : 0;
+    u.seed = s->seed;
+  }
+  return u;
+}
+
+// The clipping threshold of update t: POET-X ramps it after each merge.
+static float clip_of(const eng_run *r, int64_t t) {
+  const eng_spec *s = &r->spec;
+  return s->method == ENG_METHOD_POETX ? s->clip * eng_poet_clip_ramp(t - 1, s->poet_merge_every) : s->clip;
+}
+
 int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_metrics *m, eng_err *e) {
   int rc = check_tokens(r, ids, labels, e);
   if (rc) return rc;
@@ -350,7 +388,7 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
   // previous step's factor, so shards may update as their gradients land.
   int lagged = s->clip_lagged && isfinite(r->lag_scale);
   if (lagged) {
-    eng_exec_update u = {lr, s->beta1, s->beta2, s->eps, s->weight_decay, r->lag_scale, ++r->updates};
+    eng_exec_update u = update_of(r, lr, r->lag_scale, ++r->updates);
     eng_exec_update_arm(r->exec, &u);
   }
   eng_exec_result res;
@@ -370,13 +408,13 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
   } else {
     r->nonfinite_streak = 0;
     // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), at most 1.
-    float scale = 1.0f;
-    if (s->clip > 0) {
-      float coef = (float)(s->clip / (norm + 1e-6));
+    float scale = 1.0f, clip = clip_of(r, r->updates + 1);
+    if (clip > 0) {
+      float coef = (float)(clip / (norm + 1e-6));
       scale = coef < 1.0f ? coef : 1.0f;
     }
     if (!lagged) {
-      eng_exec_update u = {lr, s->beta1, s->beta2, s->eps, s->weight_decay, scale, ++r->updates};
+      eng_exec_update u = update_of(r, lr, scale, ++r->updates);
       eng_exec_update_launch(r->exec, &u);
     }
     r->lag_scale = scale;
@@ -450,9 +488,63 @@ int eng_debug_grads(eng_run *r, const int32_t *ids, const int32_t *labels, doubl
   return 0;
 }
 
+// A POET-X name, "<projection>.theta_in", ".theta_out", ".pin" or ".pout":
+// its layer, weight and side, and whether it names a permutation; -1 when
+// it is none (or the run is no POET-X run).
+static int poet_name(const eng_run *r, const char *name, int *l, int *k, int *side, int *perm) {
+  const char *dot = strrchr(name, '.');
+  if (!r->model.poet.layers || !dot) return -1;
+  const char *leaves[] = {"theta_in", "theta_out", "pin", "pout"};
+  int leaf = -1;
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(dot + 1, leaves[i])) leaf = i;
+  if (leaf < 0) return -1;
+  *side = leaf & 1;
+  *perm = leaf >= 2;
+  for (*l = 0; *l < r->model.lo.n_layers; ++*l)
+    for (*k = 0; *k < ENG_POET_WEIGHTS; ++*k) {
+      eng_tensor t = eng_layout_layer_tensor(&r->model.lo, *l, eng_poet_param[*k]);
+      size_t n = strlen(t.name) - strlen("weight"); // "model.layers.L.<projection>."
+      if ((size_t)(dot - name) + 1 == n && !strncmp(name, t.name, n)) return 0;
+    }
+  return -1;
+}
+
+// θ's or a permutation's length for a POET-X name.
+static size_t poet_numel(const eng_poet_model *pm, int k, int side, int perm) {
+  return perm ? (size_t)pm->dim[k][side] : (size_t)(pm->dim[k][side] / pm->b) * eng_poet_tri(pm->b);
+}
+
+int eng_debug_poet_set(eng_run *r, const char *name, const void *src, size_t numel, eng_err *e) {
+  int l, k, side, perm;
+  if (poet_name(r, name, &l, &k, &side, &perm))
+    return eng_err_set(e, ENG_EINVAL, "no POET-X state named \"%s\" in this run", name);
+  eng_poet_model *pm = &r->model.poet;
+  if (numel != poet_numel(pm, k, side, perm))
+    return eng_err_set(e, ENG_EINVAL, "\"%s\" has %zu values, not %zu", name, poet_numel(pm, k, side, perm), numel);
+  eng_exec_quiesce(r->exec);
+  if (perm) {
+    if (!eng_poet_is_perm(src, numel))
+      return eng_err_set(e, ENG_EINVAL, "\"%s\" is not a permutation of 0..%zu", name, numel - 1);
+    memcpy(r->model.poet.layers[l].perm + pm->perm_off[k][side], src, numel * sizeof(int32_t));
+  } else {
+    memcpy(r->model.poet.layers[l].theta + pm->theta_off[k][side], src, numel * sizeof(float));
+  }
+  return 0;
+}
+
 int eng_debug_param(eng_run *r, const char *name, char which, float *dst, size_t numel, eng_err *e) {
-  int shard;
+  int shard, l, k, side, perm;
   eng_tensor t;
+  if (!poet_name(r, name, &l, &k, &side, &perm) && !perm) {
+    const eng_poet_model *pm = &r->model.poet;
+    if (numel != poet_numel(pm, k, side, 0))
+      return eng_err_set(e, ENG_EINVAL, "\"%s\" has %zu values, not %zu", name, poet_numel(pm, k, side, 0), numel);
+    eng_exec_quiesce(r->exec);
+    const eng_poet_lstate *st = &pm->layers[l];
+    memcpy(dst, (which == 'g' ? st->g : st->theta) + pm->theta_off[k][side], numel * sizeof(float));
+    return 0;
+  }
   if (eng_layout_find(&r->model.lo, name, &shard, &t))
     return eng_err_set(e, ENG_EINVAL, "no parameter named \"%s\" in this model", name);
   if (t.numel != numel)
@@ -485,7 +577,7 @@ static void meta_fill(const eng_run *r, int64_t *mt) {
   eng_data_pos pos = {0, 0};
   if (r->train) eng_data_pos_get(r->train, &pos);
   int64_t v[META_COUNT] = {
-      META_MAGIC_VALUE, META_VERSION, r->step, r->updates, r->nonfinite_streak,
+      META_MAGIC_VALUE, r->model.poet.layers ? META_VERSION_POET : META_VERSION, r->step, r->updates, r->nonfinite_streak,
       (int64_t)pos.epoch, (int64_t)pos.index, float_bits(r->lag_scale), c->vocab, c->d_model,
       c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff, c->tie_embeddings, c->arch,
       // the optimizer's layout (8-bit or fp32 moments, thresholds) shows in its size
@@ -495,9 +587,51 @@ static void meta_fill(const eng_run *r, int64_t *mt) {
 
 // A checkpoint's shard names, known here only: "w.<shard>" holds a layout
 // shard's fp32 weights, "o.<shard>.<tensor>" a tensor's optimizer state.
+// POET-X runs add "poet" (int64 block size and merge interval), and per
+// layer "poet.<layer>" (θ, then its two Adam moments: fp32) and
+// "perm.<layer>" (the permutations: int32), in poet/state.h's layout.
 static const char *weights_name(char buf[32], int shard) {
   snprintf(buf, 32, "w.%d", shard);
   return buf;
+}
+
+static int poet_save(const eng_run *r, const eng_store *st, eng_err *e) {
+  const eng_poet_model *pm = &r->model.poet;
+  int64_t meta[2] = {pm->b, r->spec.poet_merge_every};
+  int rc = st->ckpt_put(st->ctx, "poet", meta, sizeof meta, e);
+  for (int l = 0; !rc && l < pm->n_layers; l++) {
+    char name[32];
+    snprintf(name, sizeof name, "poet.%d", l);
+    rc = st->ckpt_put(st->ctx, name, pm->layers[l].theta, 3 * pm->n_theta * sizeof(float), e); // θ, m1, m2
+    snprintf(name, sizeof name, "perm.%d", l);
+    if (!rc) rc = st->ckpt_put(st->ctx, name, pm->layers[l].perm, pm->n_perm * sizeof(int32_t), e);
+  }
+  return rc;
+}
+
+// The POET-X state of a checkpoint: its block size and merge interval (in
+// meta), and with pm shaped for it, θ and moments (theta3: 3·n_theta floats
+// per layer, NULL: into pm's state) and permutations into pm.
+static int poet_meta(const eng_store *st, int64_t step, int64_t meta[2], eng_err *e) {
+  size_t n;
+  int rc = st->ckpt_size(st->ctx, step, "poet", &n, e);
+  if (!rc && n != 2 * sizeof(int64_t)) rc = eng_err_set(e, ENG_EINVAL, "its \"poet\" entry has %zu bytes", n);
+  if (!rc) rc = st->ckpt_get(st->ctx, step, "poet", meta, 2 * sizeof(int64_t), e);
+  return rc;
+}
+
+static int poet_read(const eng_store *st, int64_t step, eng_poet_model *pm, eng_err *e) {
+  int rc = 0;
+  for (int l = 0; !rc && l < pm->n_layers; l++) {
+    char name[32];
+    snprintf(name, sizeof name, "poet.%d", l);
+    rc = st->ckpt_get(st->ctx, step, name, pm->layers[l].theta, 3 * pm->n_theta * sizeof(float), e);
+    snprintf(name, sizeof name, "perm.%d", l);
+    if (!rc) rc = st->ckpt_get(st->ctx, step, name, pm->layers[l].perm, pm->n_perm * sizeof(int32_t), e);
+    if (!rc && !eng_poet_model_perms_ok(pm, l))
+      rc = eng_err_set(e, ENG_EINVAL, "layer %d's permutations are corrupt", l);
+  }
+  return rc;
 }
 
 int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
@@ -517,6 +651,7 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
       rc = st->ckpt_put(st->ctx, name, sh->opt[i].mem, sh->opt[i].bytes, e);
     }
   }
+  if (!rc && r->model.poet.layers) rc = poet_save(r, st, e);
   if (!rc) rc = st->ckpt_commit(st->ctx, e);
   return rc;
 }
@@ -528,7 +663,11 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
   int64_t mt[META_COUNT], want[META_COUNT];
   if ((rc = st->ckpt_get(st->ctx, step, "meta", mt, sizeof mt, e))) return rc;
   meta_fill(r, want);
-  int same_layout = mt[META_VER] == META_VERSION || (mt[META_VER] == 2 && mt[META_ARCH] != ENG_ARCH_QWEN2);
+  if (mt[META_MAGIC] == META_MAGIC_VALUE && (mt[META_VER] == META_VERSION_POET) != (want[META_VER] == META_VERSION_POET))
+    return eng_err_set(e, ENG_ESTATE, "checkpoint at step %lld was written by a run %s method poetx, this run %s",
+                       (long long)step, mt[META_VER] == META_VERSION_POET ? "with" : "without",
+                       want[META_VER] == META_VERSION_POET ? "has it" : "has not");
+  int same_layout = mt[META_VER] == want[META_VER] || (mt[META_VER] == 2 && mt[META_ARCH] != ENG_ARCH_QWEN2);
   if (mt[META_MAGIC] == META_MAGIC_VALUE && mt[META_VER] == 2 && !same_layout)
     return eng_err_set(e, ENG_EINVAL, "checkpoint at step %lld: written by an older traind whose qwen2 layer "
                        "layout this version does not read; export it with that version and import the model",
@@ -554,6 +693,16 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
       if (rc) eng_err_prefix(e, "checkpoint at step %lld, %s: ", (long long)step, sh->tensors[i].name);
     }
   }
+  if (!rc && r->model.poet.layers) {
+    int64_t pmeta[2];
+    rc = poet_meta(st, step, pmeta, e);
+    if (!rc && (pmeta[0] != r->model.poet.b || pmeta[1] != r->spec.poet_merge_every))
+      rc = eng_err_set(e, ENG_ESTATE, "checkpoint at step %lld has poet_block %lld and poet_merge_every %lld, this "
+                       "run %d and %d", (long long)step, (long long)pmeta[0], (long long)pmeta[1], r->model.poet.b,
+                       r->spec.poet_merge_every);
+    if (!rc) rc = poet_read(st, step, &r->model.poet, e);
+    if (rc) eng_err_prefix(e, "checkpoint at step %lld, POET-X state: ", (long long)step);
+  }
   if (rc) return rc;
   eng_model_work_refresh(&r->model); // what streams must be what was loaded
   r->step = mt[META_STEP];
@@ -568,11 +717,42 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
   return rc;
 }
 
+// Under POET-X an export holds the effective weights: layer shards are
+// copied (into *copies, which the caller frees) with their projections
+// merged; the other shards are w's own.
+static int poet_effective_shards(const eng_layout *lo, const eng_poet_model *pm, float *const *w, const float **ws,
+                                 float ***copies, eng_err *e) {
+  *copies = calloc((size_t)lo->n_shards, sizeof **copies);
+  if (!*copies) return eng_err_set(e, ENG_ENOMEM, "cannot allocate %d shard pointers", lo->n_shards);
+  for (int s = 0; s < lo->n_shards; s++) {
+    ws[s] = w[s];
+    if (s < 1 || s > lo->n_layers) continue;
+    if (!((*copies)[s] = malloc(lo->layer_numel * sizeof(float))))
+      return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes for layer %d's merged weights",
+                         lo->layer_numel * sizeof(float), s - 1);
+    memcpy((*copies)[s], w[s], lo->layer_numel * sizeof(float));
+    eng_poet_model_effective(pm, lo, s - 1, (*copies)[s], pm->merge_work);
+    ws[s] = (*copies)[s];
+  }
+  return 0;
+}
+
+static void copies_free(float **copies, int n) {
+  if (copies)
+    for (int s = 0; s < n; s++) free(copies[s]);
+  free(copies);
+}
+
 int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e) {
   eng_exec_quiesce(r->exec);
-  const float *ws[r->model.lo.n_shards];
-  for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;
-  return eng_hf_save(dir, &r->model.cfg, &r->model.lo, ws, bf16, 0, r->spec.fs, r->model_dir, e);
+  const eng_layout *lo = &r->model.lo;
+  const float *ws[lo->n_shards];
+  float *w[lo->n_shards], **copies = NULL;
+  for (int s = 0; s < lo->n_shards; s++) ws[s] = w[s] = r->model.shards[s].w;
+  int rc = r->model.poet.layers ? poet_effective_shards(lo, &r->model.poet, w, ws, &copies, e) : 0;
+  if (!rc) rc = eng_hf_save(dir, &r->model.cfg, lo, ws, bf16, 0, r->spec.fs, r->model_dir, e);
+  copies_free(copies, lo->n_shards);
+  return rc;
 }
 
 int eng_ckpt_export_hf(const eng_store *st, int64_t step, const eng_config *c, const char *dir, int bf16,
@@ -597,7 +777,27 @@ int eng_ckpt_export_hf(const eng_store *st, int64_t step, const eng_config *c, c
       rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes for shard \"%s\"", want, name);
     if (!rc) rc = st->ckpt_get(st->ctx, step, name, w[i], want, e);
   }
-  if (!rc) rc = eng_hf_save(dir, c, &lo, (const float *const *)w, bf16, max_shard_bytes, src_fs, src_dir, e);
+  // A POET-X checkpoint exports its effective weights.
+  int64_t mt[META_COUNT];
+  eng_poet_model pm = {0};
+  float **copies = NULL;
+  const float **ws = calloc((size_t)lo.n_shards, sizeof *ws);
+  if (!ws && !rc) rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate %d shard pointers", lo.n_shards);
+  for (int i = 0; ws && i < lo.n_shards; i++) ws[i] = w[i];
+  if (!rc) rc = st->ckpt_get(st->ctx, step, "meta", mt, sizeof mt, e);
+  if (!rc && mt[META_VER] == META_VERSION_POET) {
+    int64_t pmeta[2];
+    rc = poet_meta(st, step, pmeta, e);
+    if (!rc) rc = eng_poet_model_shape(&pm, &lo, (int)pmeta[0], e);
+    if (!rc) rc = eng_poet_model_alloc(&pm, e);
+    if (!rc) rc = poet_read(st, step, &pm, e);
+    if (!rc) rc = poet_effective_shards(&lo, &pm, w, ws, &copies, e);
+    if (rc) eng_err_prefix(e, "checkpoint at step %lld, POET-X state: ", (long long)step);
+  }
+  if (!rc) rc = eng_hf_save(dir, c, &lo, ws, bf16, max_shard_bytes, src_fs, src_dir, e);
+  copies_free(copies, lo.n_shards);
+  eng_poet_model_free(&pm);
+  free(ws);
   for (int i = 0; i < lo.n_shards; i++) free(w[i]);
   free(w);
   return rc;

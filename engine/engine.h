@@ -22,6 +22,15 @@
 // fp32 moments everywhere, the same arithmetic as torch.optim.AdamW.
 typedef enum { ENG_OPT_ADAMW = 0, ENG_OPT_ADAMW8 = 1 } eng_optimizer;
 
+// How the decoder layers' seven projections train. FULL: every weight with
+// `optimizer`. POETX (poet/poet.h): each projection as P_out·R_out·W0·R_in·P_in
+// with W0 (and its bias) frozen and the rotations' θ trained by Adam (eps
+// 1e-6, no weight decay) at poet_lr on the lr's schedule, merged into W0
+// every poet_merge_every updates; the clipping threshold ramps from 0.1× to
+// 1× over the 10 updates after each merge. Norms, the embedding and the head
+// train with `optimizer` as before. The cpu backend only, so far.
+typedef enum { ENG_METHOD_FULL = 0, ENG_METHOD_POETX = 1 } eng_method;
+
 // What the host gradient store holds between the backward and the update.
 // The embedding's gradient is always fp32: the host scatter accumulates into it.
 typedef enum { ENG_GRAD_BF16 = 0, ENG_GRAD_F32 = 1 } eng_grad_dtype;
@@ -80,6 +89,12 @@ typedef struct eng_spec {
   int seq_len;            // T
   int batch;              // sequences per step (the global batch)
   int micro_batches;      // batch is split into this many (must divide batch; with a plan, its n_micro)
+
+  eng_method method;
+  int poet_block;         // POETX: block size b of the rotations; must divide every projection's
+                          // rows and columns (default 256)
+  int poet_merge_every;   // POETX: updates between merges (default 200)
+  float poet_lr;          // POETX: the θ's learning rate (default 5e-4)
 
   // Optimizer and schedule: linear warmup to lr, cosine decay to min_lr at total_steps.
   eng_optimizer optimizer;
@@ -223,6 +238,12 @@ void eng_close(eng_run *r);
 int eng_debug_grads(eng_run *r, const int32_t *ids, const int32_t *labels, double *loss,
                     float *logits, eng_err *e);
 // Copies a parameter (which = 'w') or its gradient ('g') by Hugging Face name.
+// Under POET-X also "<projection>.theta_in" and ".theta_out" (θ and its
+// gradient, [blocks][b(b-1)/2]), and "<projection>.weight" is W0.
 int eng_debug_param(eng_run *r, const char *name, char which, float *dst, size_t numel, eng_err *e);
+// POET-X: replaces "<projection>.theta_in" / ".theta_out" (floats) or
+// ".pin" / ".pout" (int32 permutations, checked to be ones) of a run, e.g.
+// with a reference's.
+int eng_debug_poet_set(eng_run *r, const char *name, const void *src, size_t numel, eng_err *e);
 
 #endif

@@ -10,6 +10,8 @@
 #include "backend/cuda.h"
 #include "common/clock.h"
 #include "exec/exec_impl.h"
+#include "optim/adamw.h"
+#include "optim/adamw.h"
 #include "kernels/kernels.h"
 #include "optim/adamw8.h"
 
@@ -322,12 +324,23 @@ static int gslot_end(eng_exec *x, int i, int shard, eng_err *e) {
 
 // ---- optimizer -----------------------------------------------------------------
 
+// POET-X: the layer's θ by Adam, then its merge when the round has one.
+static void opt_poet(eng_exec *x, int l, const eng_exec_update *u) {
+  eng_poet_model *pm = &x->m->poet;
+  eng_poet_lstate *s = &pm->layers[l];
+  eng_adamw_update(s->theta, s->g, s->m1, s->m2, pm->n_theta, u->poet_lr, 0.0f, u->beta1, u->beta2, 1e-6f,
+                   u->clip_scale, u->poet_t);
+  if (u->poet_merge > 0)
+    eng_poet_model_merge(pm, &x->m->lo, l, x->m->shards[l + 1].w, u->seed, u->poet_merge, pm->merge_work);
+}
+
 static void opt_run(void *arg) {
   opt_job *j = arg;
   eng_exec *x = j->x;
   eng_shard *sh = &x->m->shards[j->shard];
   const eng_exec_update *u = &j->u;
   for (int i = 0; i < sh->n_tensors; i++) {
+    if (sh->frozen[i]) continue;
     const eng_tensor *t = &sh->tensors[i];
     // Decoupled weight decay applies to matrices only.
     eng_adamw8_hparams h = {u->lr, t->cols ? u->weight_decay : 0.0f, u->beta1, u->beta2, u->eps, u->clip_scale, u->t};
@@ -339,6 +352,7 @@ static void opt_run(void *arg) {
     eng_err ignored; // the arguments are built here: an error would be a bug caught by the tests
     eng_adamw8_update(&sh->opt[i], &io, &h, ENG_ISA_AUTO, NULL, &ignored);
   }
+  if (x->m->poet.layers && j->shard >= 1 && j->shard <= x->m->lo.n_layers) opt_poet(x, j->shard - 1, u);
   version_bump(x, j->shard);
 }
 
@@ -781,7 +795,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
     const void *w = sched_acquire(x, l + 1, &res->t_wait);
     double tc = eng_now();
     for (int i = 0; i < nmb; i++)
-      STEP_TRY(x->ops->layer_fwd(x, w, mbrow(x, cur, i), mbrow(x, nxt, i), exec_acts_index(x, l, i), e));
+      STEP_TRY(x->ops->layer_fwd(x, l, w, mbrow(x, cur, i), mbrow(x, nxt, i), exec_acts_index(x, l, i), e));
     span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "F", l);
     sched_release(x);
     if (backward) STEP_TRY(win_end(x, exec_win_fwd(l), cur, e));
@@ -838,7 +852,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
       const void *in = l == cb ? xin0 : pool[rcb[l]];
       double tc = eng_now();
       for (int i = 0; i < nmb; i++)
-        STEP_TRY(x->ops->layer_fwd(x, w, mbrow(x, in, i), mbrow(x, pool[rcb[l + 1]], i), 0, e));
+        STEP_TRY(x->ops->layer_fwd(x, l, w, mbrow(x, in, i), mbrow(x, pool[rcb[l + 1]], i), 0, e));
       span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "R", l);
       sched_release(x);
     }
@@ -853,8 +867,8 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
       for (int i = 0; i < nmb; i++) {
         const void *xi = mbrow(x, in, i);
         int a = exec_acts_index(x, l, i);
-        if (!x->keep[l]) STEP_TRY(x->ops->layer_fwd(x, w, xi, x->ybuf, a, e)); // recompute the layer's inside
-        STEP_TRY(x->ops->layer_bwd(x, w, g, xi, a, mbrow(x, dy, i), mbrow(x, dx, i), e));
+        if (!x->keep[l]) STEP_TRY(x->ops->layer_fwd(x, l, w, xi, x->ybuf, a, e)); // recompute the layer's inside
+        STEP_TRY(x->ops->layer_bwd(x, l, w, g, xi, a, mbrow(x, dy, i), mbrow(x, dx, i), e));
       }
       span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "B", l);
       sched_release(x);

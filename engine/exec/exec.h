@@ -45,6 +45,8 @@ typedef struct eng_exec_policy {
   // on the device into what the host store holds (bf16 when grad_bf16).
   int cuda;
   int grad_bf16;
+  int poet_block;   // POET-X (the model's poet state, poet/state.h): the layers compute
+                    // their POET chains, with the rotations' buffers in the arena
 } eng_exec_policy;
 
 // Parameters of one update round, applied shard by shard.
@@ -52,6 +54,13 @@ typedef struct eng_exec_update {
   float lr, beta1, beta2, eps, weight_decay;
   float clip_scale;   // gradients are multiplied by this (1 = no clipping)
   int64_t t;          // 1-based optimizer step, for bias correction
+  // POET-X: Adam on the θ (eps 1e-6, no decay) at poet_lr, poet_t its steps
+  // since the last merge (1-based); poet_merge > 0: after this update every
+  // layer merges (poet_merge is the merge's number, the permutations are
+  // drawn for it from seed).
+  float poet_lr;
+  int64_t poet_t, poet_merge;
+  uint64_t seed;
 } eng_exec_update;
 
 typedef struct eng_exec_result {

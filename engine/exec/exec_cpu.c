@@ -12,21 +12,77 @@
 #include "exec/layer.h"
 #include "kernels/kernels.h"
 
+// POET-X's buffers in the arena's own region (exec_sizes.own): the
+// rotations of the two layers used last (the forward, a block's recompute
+// and its backward alternate between neighbours), dL/dR of the layer in its
+// backward, the chains' work for one micro-batch and the Cayley maps' work.
+typedef struct poet_bufs {
+  float *rot[2];
+  int rot_layer[2];          // -1: empty
+  int64_t rot_round[2];      // the update round whose θ they hold
+  int next;                  // the entry to refill next
+  float *drot;
+  int drot_layer;            // the layer whose backward drot holds (-1: none)
+  float *work, *cwork;
+  double *sumsq;             // [shards] Σ dθ², for grad_out
+} poet_bufs;
+
 typedef struct cpu_state {
   eng_layer_acts *acts;      // by exec_acts_index, bound where x->acts_at says
   eng_layer_scratch scratch;
+  poet_bufs poet;
 } cpu_state;
 
+// Floats of poet_bufs' arena part for config c (0 without POET-X).
+static size_t poet_own_floats(const eng_config *c, const eng_exec_policy *p, size_t *rot, size_t *work, eng_err *e,
+                              int *rc) {
+  *rc = 0;
+  if (!p->poet_block) return 0;
+  eng_layout lo;
+  eng_layout_init(&lo, c);
+  eng_poet_model pm;
+  if ((*rc = eng_poet_model_shape(&pm, &lo, p->poet_block, e))) return 0;
+  const int n = p->batch / p->micro_batches * p->seq_len;
+  *rot = eng_poet_model_rot_floats(&pm);
+  *work = eng_poet_layer_work(c->d_model, c->d_ff, c->n_heads * c->head_dim, c->n_kv_heads * c->head_dim, n);
+  return 3 * *rot + *work + 6 * (size_t)p->poet_block * p->poet_block;
+}
+
 int eng_exec_cpu_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e) {
-  (void)e;
   const int mb = p->batch / p->micro_batches, T = p->seq_len;
+  size_t rot, work;
+  int rc;
+  size_t own = poet_own_floats(c, p, &rot, &work, e, &rc);
+  if (rc) return rc;
   *z = (exec_sizes){.align = 64,
                     .weight = sizeof(float),
                     .act = sizeof(float),
                     .acts = eng_layer_acts_floats(c, mb, T) * sizeof(float),
                     .scratch = eng_layer_scratch_floats(c, mb, T) * sizeof(float),
-                    .head_scratch = eng_k_head_loss_scratch_floats(c->vocab) * sizeof(float)};
+                    .head_scratch = eng_k_head_loss_scratch_floats(c->vocab) * sizeof(float),
+                    .own = own * sizeof(float)};
   return 0;
+}
+
+// Layer l's POET-X view, its rotations current for this round's θ.
+static void poet_view(eng_exec *x, int l, int backward, eng_poet_layer *out) {
+  poet_bufs *pb = &((cpu_state *)x->be)->poet;
+  const eng_poet_model *pm = &x->m->poet;
+  int k = pb->rot_layer[0] == l && pb->rot_round[0] == x->rounds   ? 0
+          : pb->rot_layer[1] == l && pb->rot_round[1] == x->rounds ? 1
+                                                                   : -1;
+  if (k < 0) {
+    k = pb->next;
+    pb->next ^= 1;
+    eng_poet_model_rotations(pm, l, pb->rot[k], pb->cwork);
+    pb->rot_layer[k] = l;
+    pb->rot_round[k] = x->rounds;
+  }
+  if (backward && pb->drot_layer != l) { // the layer's first micro-batch
+    memset(pb->drot, 0, eng_poet_model_rot_floats(pm) * sizeof(float));
+    pb->drot_layer = l;
+  }
+  eng_poet_model_layer(pm, l, pb->rot[k], backward ? pb->drot : NULL, pb->work, out);
 }
 
 static int cpu_open(eng_exec *x, eng_err *e) {
@@ -42,12 +98,24 @@ static int cpu_open(eng_exec *x, eng_err *e) {
   for (size_t k = 0; k < n_acts; k++)
     if (x->acts_at[k]) eng_layer_acts_bind(&s->acts[k], x->acts_at[k], c, x->mb, x->p.seq_len);
   eng_layer_scratch_bind(&s->scratch, x->scratch_buf, c, x->mb, x->p.seq_len);
+  if (x->p.poet_block) {
+    size_t rot, work;
+    int rc;
+    poet_own_floats(c, &x->p, &rot, &work, e, &rc);
+    if (rc) return rc;
+    poet_bufs *pb = &s->poet;
+    float *f = x->own;
+    pb->rot[0] = f, pb->rot[1] = f + rot, pb->drot = f + 2 * rot, pb->work = f + 3 * rot, pb->cwork = pb->work + work;
+    pb->rot_layer[0] = pb->rot_layer[1] = pb->drot_layer = -1;
+    if (!(pb->sumsq = calloc((size_t)x->m->lo.n_shards, sizeof *pb->sumsq)))
+      return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's POET-X sums");
+  }
   return 0;
 }
 
 static void cpu_close(eng_exec *x) {
   cpu_state *s = x->be;
-  if (s) free(s->acts);
+  if (s) free(s->acts), free(s->poet.sumsq);
   free(s);
   x->be = NULL;
 }
@@ -97,13 +165,16 @@ static void cpu_grad_out(eng_exec *x, int slot, int shard) {
     n = m->shards[shard].numel;
     grad_store(x, &m->shards[shard], 0, src, n);
   }
-  // The norm of what the device accumulated (fp32), as a GPU reduces it on the fly.
-  x->sumsq[shard] = eng_k_sumsq(src, n);
+  // The norm of what the device accumulated (fp32), as a GPU reduces it on the fly;
+  // under POET-X a layer's θ gradients, finished by grad_finish, count too.
+  const poet_bufs *pb = &((cpu_state *)x->be)->poet;
+  x->sumsq[shard] = eng_k_sumsq(src, n) + (pb->sumsq && shard != head ? pb->sumsq[shard] : 0.0);
 }
 
 // A gather from the host table straight into the arena.
 static int cpu_begin(eng_exec *x, const int32_t *ids, eng_err *e) {
   (void)e;
+  ((cpu_state *)x->be)->poet.drot_layer = -1; // nothing carries over from a step that failed
   eng_k_embed_fwd(x->xa, x->m->shards[0].w, ids, x->p.batch * x->p.seq_len, x->m->cfg.d_model);
   atomic_fetch_add(&x->dev->bytes_in, x->bnd_bytes);
   return 0;
@@ -115,18 +186,24 @@ static int cpu_copy(eng_exec *x, void *dst, const void *src, size_t bytes, eng_e
   return 0;
 }
 
-static int cpu_layer_fwd(eng_exec *x, const void *w, const void *in, void *out, int acts, eng_err *e) {
+static int cpu_layer_fwd(eng_exec *x, int layer, const void *w, const void *in, void *out, int acts, eng_err *e) {
   (void)e;
   cpu_state *s = x->be;
-  eng_layer_fwd(&x->m->cfg, &x->m->lo, w, in, out, x->mb, x->p.seq_len, &s->acts[acts], NULL);
+  eng_poet_layer pl;
+  if (x->p.poet_block) poet_view(x, layer, 0, &pl);
+  eng_layer_fwd(&x->m->cfg, &x->m->lo, w, in, out, x->mb, x->p.seq_len, &s->acts[acts],
+                x->p.poet_block ? &pl : NULL);
   return 0;
 }
 
-static int cpu_layer_bwd(eng_exec *x, const void *w, float *g, const void *in, int acts, const void *dy, void *dx,
-                         eng_err *e) {
+static int cpu_layer_bwd(eng_exec *x, int layer, const void *w, float *g, const void *in, int acts, const void *dy,
+                         void *dx, eng_err *e) {
   (void)e;
   cpu_state *s = x->be;
-  eng_layer_bwd(&x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, x->mb, x->p.seq_len, &s->scratch, NULL);
+  eng_poet_layer pl;
+  if (x->p.poet_block) poet_view(x, layer, 1, &pl);
+  eng_layer_bwd(&x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, x->mb, x->p.seq_len, &s->scratch,
+                x->p.poet_block ? &pl : NULL);
   return 0;
 }
 
@@ -151,9 +228,14 @@ static int cpu_grad_zero(eng_exec *x, int slot, size_t floats, eng_err *e) {
   return 0;
 }
 
-// The copy-out narrows (grad_store): nothing to do before it.
+// The copy-out narrows (grad_store): nothing to do before it, but under
+// POET-X a layer's θ gradients from the dL/dR its backward summed.
 static int cpu_grad_finish(eng_exec *x, int slot, int shard, eng_err *e) {
-  (void)x, (void)slot, (void)shard, (void)e;
+  (void)slot, (void)e;
+  poet_bufs *pb = &((cpu_state *)x->be)->poet;
+  if (!x->p.poet_block || shard < 1 || shard > x->m->lo.n_layers) return 0;
+  pb->sumsq[shard] = eng_poet_model_grad(&x->m->poet, shard - 1, pb->drot, pb->cwork);
+  pb->drot_layer = -1;
   return 0;
 }
 

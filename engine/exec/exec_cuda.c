@@ -229,13 +229,15 @@ static int cuda_copy(eng_exec *x, void *dst, const void *src, size_t bytes, eng_
   return eng_cuda_copy(dst, src, bytes, s->st, e);
 }
 
-static int cuda_layer_fwd(eng_exec *x, const void *w, const void *in, void *out, int acts, eng_err *e) {
+static int cuda_layer_fwd(eng_exec *x, int layer, const void *w, const void *in, void *out, int acts, eng_err *e) {
+  (void)layer;
   cuda_state *s = x->be;
   return eng_cuda_layer_fwd(s->cx, &x->m->cfg, &x->m->lo, w, in, out, x->mb, x->p.seq_len, &s->acts[acts], e);
 }
 
-static int cuda_layer_bwd(eng_exec *x, const void *w, float *g, const void *in, int acts, const void *dy, void *dx,
-                          eng_err *e) {
+static int cuda_layer_bwd(eng_exec *x, int layer, const void *w, float *g, const void *in, int acts, const void *dy,
+                          void *dx, eng_err *e) {
+  (void)layer;
   cuda_state *s = x->be;
   return eng_cuda_layer_bwd(s->cx, &x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, x->mb, x->p.seq_len,
                             &s->scratch, e);

@@ -191,14 +191,14 @@ struct exec_ops {
   // the fused head and loss, the loss added to *loss_sum (the cpu) or kept on
   // the device until end; with g, its gradients into g and dx. grad_zero /
   // grad_finish: a gradient slot before the shard's backward, and after it
-  // (before grad_out). embed_bwd: dy of boundary 0 scattered into the
+  // (before grad_out; under POET-X also the layer's θ gradients). embed_bwd: dy of boundary 0 scattered into the
   // embedding's host gradient. end: the run's results in res and x->sumsq,
   // and the device's errors. abort: waits for the device after a failure.
   int (*begin)(eng_exec *x, const int32_t *ids, eng_err *e);
   int (*copy)(eng_exec *x, void *dst, const void *src, size_t bytes, eng_err *e);
-  int (*layer_fwd)(eng_exec *x, const void *w, const void *in, void *out, int acts, eng_err *e);
-  int (*layer_bwd)(eng_exec *x, const void *w, float *g, const void *in, int acts, const void *dy, void *dx,
-                   eng_err *e);
+  int (*layer_fwd)(eng_exec *x, int layer, const void *w, const void *in, void *out, int acts, eng_err *e);
+  int (*layer_bwd)(eng_exec *x, int layer, const void *w, float *g, const void *in, int acts, const void *dy,
+                   void *dx, eng_err *e);
   int (*head)(eng_exec *x, const void *w, float *g, const void *xl, void *dx, int i, float *logits, float scale,
               double *loss_sum, eng_err *e);
   int (*grad_zero)(eng_exec *x, int slot, size_t floats, eng_err *e);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "poet/state.h"
 
 #define W(p) (lo->layer_proto[p].numel ? w + lo->layer_proto[p].off : NULL)
 #define DW(p) (lo->layer_proto[p].numel ? dw + lo->layer_proto[p].off : NULL)
@@ -117,22 +118,16 @@ static eng_poet_weight poet_w(const eng_poet_layer *pl, int k, const eng_layout 
                            pl->pin[k], pl->pout[k], pl->rin[k], pl->rout[k]};
 }
 
-// The layer's weights in POET order, with their biases (none: LAYER_COUNT).
-static const eng_layer_param poet_param[ENG_POET_WEIGHTS][2] = {
-    {ENG_P_WQ, ENG_P_BQ},         {ENG_P_WK, ENG_P_BK},           {ENG_P_WV, ENG_P_BV},
-    {ENG_P_WO, ENG_P_LAYER_COUNT}, {ENG_P_WGATE, ENG_P_LAYER_COUNT}, {ENG_P_WUP, ENG_P_LAYER_COUNT},
-    {ENG_P_WDOWN, ENG_P_LAYER_COUNT}};
-
 // y (rows ldy apart) = weight k's chain of x (rows ldx apart).
 static void poet_fwd(const eng_poet_layer *pl, int k, const eng_layout *lo, const float *w, int n, const float *x,
                      int ldx, float *y, int ldy) {
-  eng_poet_weight pw = poet_w(pl, k, lo, w, poet_param[k][0], poet_param[k][1]);
+  eng_poet_weight pw = poet_w(pl, k, lo, w, eng_poet_param[k], eng_poet_bias[k]);
   eng_poet_forward(&pw, n, x, ldx, y, ldy, NULL, pl->work);
 }
 
 static void poet_bwd(const eng_poet_layer *pl, int k, const eng_layout *lo, const float *w, int n, const float *x,
                      int ldx, const float *dy, int lddy, float *dx, int lddx, int add) {
-  eng_poet_weight pw = poet_w(pl, k, lo, w, poet_param[k][0], poet_param[k][1]);
+  eng_poet_weight pw = poet_w(pl, k, lo, w, eng_poet_param[k], eng_poet_bias[k]);
   eng_poet_backward(&pw, n, x, ldx, NULL, dy, lddy, dx, lddx, add, pl->drin[k], pl->drout[k], pl->work);
 }
 

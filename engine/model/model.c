@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,19 @@ static eng_adamw8_opts tensor_opt_opts(const eng_layout *lo, int s, const eng_te
                            .fp32_state = o->opt_fp32 || (big && o->opt_fp32_embed_head)};
 }
 
+// Whether tensor t of shard s stays as it is: POET-X's W0 and biases.
+static int tensor_frozen(const eng_layout *lo, int s, const eng_tensor *t, const eng_model_opts *o) {
+  if (!o->poet_block || s == 0 || s == lo->n_layers + 1) return 0;
+  for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
+    // A layer shard's tensors sit at the prototype's offsets.
+    if (t->off == lo->layer_proto[eng_poet_param[k]].off) return 1;
+    if (eng_poet_bias[k] != ENG_P_LAYER_COUNT && lo->layer_proto[eng_poet_bias[k]].numel &&
+        t->off == lo->layer_proto[eng_poet_bias[k]].off)
+      return 1;
+  }
+  return 0;
+}
+
 // The gradient store of shard s holds bf16 (the embedding's is always fp32).
 static int shard_g_bf16(int s, const eng_model_opts *o) { return o->grad_bf16 && s != 0; }
 
@@ -56,7 +70,8 @@ static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e)
   sh->n_tensors = shard_tensors(lo, s, sh->tensors);
   for (int i = 0; i < sh->n_tensors; i++) {
     eng_adamw8_opts ao = tensor_opt_opts(lo, s, &sh->tensors[i], o);
-    int rc = eng_adamw8_state_init(&sh->opt[i], sh->tensors[i].numel, &ao, NULL, e);
+    sh->frozen[i] = (uint8_t)tensor_frozen(lo, s, &sh->tensors[i], o);
+    int rc = eng_adamw8_state_init(&sh->opt[i], sh->frozen[i] ? 0 : sh->tensors[i].numel, &ao, NULL, e);
     if (rc) return rc;
   }
   return 0;
@@ -66,8 +81,19 @@ int eng_model_alloc(eng_model *m, const eng_config *c, const eng_model_opts *o, 
   memset(m, 0, sizeof *m);
   m->cfg = *c;
   eng_layout_init(&m->lo, c);
+  if (o->poet_block) {
+    int rc = eng_poet_model_shape(&m->poet, &m->lo, o->poet_block, e);
+    if (!rc) rc = eng_poet_model_alloc(&m->poet, e);
+    if (rc) {
+      eng_poet_model_free(&m->poet);
+      return rc;
+    }
+  }
   m->shards = calloc((size_t)m->lo.n_shards, sizeof *m->shards);
-  if (!m->shards) return eng_err_set(e, ENG_ENOMEM, "cannot allocate the shard table");
+  if (!m->shards) {
+    eng_poet_model_free(&m->poet);
+    return eng_err_set(e, ENG_ENOMEM, "cannot allocate the shard table");
+  }
   for (int s = 0; s < m->lo.n_shards; s++) {
     int rc = shard_alloc(m, s, o, e);
     if (rc) {
@@ -90,6 +116,7 @@ void eng_model_free(eng_model *m) {
   }
   free(m->shards);
   m->shards = NULL;
+  eng_poet_model_free(&m->poet);
 }
 
 size_t eng_model_opt_bytes(const eng_model *m) {
@@ -145,6 +172,18 @@ static int init_tensor(void *ctx, int shard, const eng_tensor *t) {
 void eng_model_init_random(eng_model *m, uint64_t seed) {
   init_ctx ic = {m, seed, 0};
   eng_layout_visit(&m->lo, init_tensor, &ic);
+  if (!m->poet.layers) return;
+  for (int l = 0; l < m->lo.n_layers; l++)
+    for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
+      eng_tensor t = eng_layout_layer_tensor(&m->lo, l, eng_poet_param[k]);
+      float *w = eng_model_tensor(m, l + 1, &t);
+      for (int i = 0; i < t.rows; i++) {
+        double sum = 0;
+        for (int j = 0; j < t.cols; j++) sum += (double)w[(size_t)i * t.cols + j] * w[(size_t)i * t.cols + j];
+        float inv = sum > 0 ? (float)(1.0 / sqrt(sum)) : 0.0f;
+        for (int j = 0; j < t.cols; j++) w[(size_t)i * t.cols + j] *= inv;
+      }
+    }
 }
 
 size_t eng_model_state_bytes(const eng_config *c, const eng_model_opts *o) {
@@ -158,8 +197,14 @@ size_t eng_model_state_bytes(const eng_config *c, const eng_model_opts *o) {
     int nt = shard_tensors(&lo, s, ts);
     for (int i = 0; i < nt; i++) {
       eng_adamw8_opts ao = tensor_opt_opts(&lo, s, &ts[i], o);
-      n += eng_adamw8_state_bytes(ts[i].numel, &ao);
+      if (!tensor_frozen(&lo, s, &ts[i], o)) n += eng_adamw8_state_bytes(ts[i].numel, &ao);
     }
+  }
+  if (o->poet_block) {
+    eng_poet_model pm;
+    eng_err ignored;
+    if (eng_poet_model_shape(&pm, &lo, o->poet_block, &ignored)) return 0;
+    n += eng_poet_model_bytes(&pm);
   }
   return n;
 }

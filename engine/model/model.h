@@ -9,6 +9,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "optim/adamw8.h"
+#include "poet/state.h"
 
 // Tensors of one shard: at most the layer's parameters.
 #define ENG_SHARD_MAX_TENSORS ENG_P_LAYER_COUNT
@@ -22,7 +23,8 @@ typedef struct eng_shard {
   int g_bf16;      // 1: g holds bf16 bits (uint16_t), 0: fp32
   int n_tensors;   // tensors of the shard (embedding; layer params; final norm, lm_head)
   eng_tensor tensors[ENG_SHARD_MAX_TENSORS];
-  eng_adamw8_state opt[ENG_SHARD_MAX_TENSORS]; // optimizer state of each tensor
+  eng_adamw8_state opt[ENG_SHARD_MAX_TENSORS]; // optimizer state of each tensor (none when frozen)
+  uint8_t frozen[ENG_SHARD_MAX_TENSORS];       // not trained: POET-X's W0 and biases
 } eng_shard;
 
 // How the host state is held.
@@ -32,16 +34,20 @@ typedef struct eng_model_opts {
   size_t opt_min_quant;   // 8-bit moments from this many elements (0: ENG_ADAMW8_MIN_QUANT)
   int opt_fp32_embed_head; // fp32 moments for the embedding and lm_head
   int work_bf16;          // keep a bf16 working copy of every shard (the cuda backend)
+  int poet_block;         // POET-X with this block size (poet/state.h); 0: every tensor trains
 } eng_model_opts;
 
 typedef struct eng_model {
   eng_config cfg;
   eng_layout lo;
   eng_shard *shards; // lo.n_shards entries
+  eng_poet_model poet; // POET-X: poet.layers non-NULL; its W0 and biases are frozen in the shards
 } eng_model;
 
-// Allocates every shard (weights, gradients, optimizer state zeroed). Fails
-// with ENG_ENOMEM naming the bytes that could not be allocated.
+// Allocates every shard (weights, gradients, optimizer state zeroed), and
+// under POET-X its state (identity permutations). Fails with ENG_ENOMEM
+// naming the bytes that could not be allocated, or ENG_EINVAL when the
+// block size does not fit a weight.
 int eng_model_alloc(eng_model *m, const eng_config *c, const eng_model_opts *o, eng_err *e);
 void eng_model_free(eng_model *m);
 
@@ -54,6 +60,8 @@ void eng_model_grad_get(const eng_model *m, int s, const eng_tensor *t, float *d
 // Random init as transformers does for these models: linear weights and the
 // embedding ~ N(0, init_std), norm weights 1, biases 0. Each tensor draws
 // from its own RNG stream of the seed, so the result is independent of order.
+// Under POET-X the frozen W0 of the decoder layers then have each row scaled
+// to unit norm, as the method starts from scratch.
 void eng_model_init_random(eng_model *m, uint64_t seed);
 
 // Rewrites every working copy from the fp32 master (after init or a load;
@@ -64,8 +72,9 @@ void eng_model_work_refresh(eng_model *m);
 float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t);
 
 // Bytes of host memory the model state of config c takes with options o
-// (weights, gradient store, optimizer moments, working copy), computed
-// without allocating: what eng_model_alloc would take.
+// (weights, gradient store, optimizer moments, working copy, POET-X's
+// state), computed without allocating: what eng_model_alloc would take. 0
+// when the options do not fit the config (eng_model_alloc says why).
 size_t eng_model_state_bytes(const eng_config *c, const eng_model_opts *o);
 
 #endif

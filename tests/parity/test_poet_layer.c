@@ -16,14 +16,12 @@
 #include "exec/layer.h"
 #include "fixture.h"
 #include "model/hf_io.h"
-#include "poet/poet.h"
+#include "poet/state.h"
 #include "route.h"
 
 static const char *const proj[ENG_POET_WEIGHTS] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                                                    "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
                                                    "mlp.down_proj"};
-static const eng_layer_param proj_param[ENG_POET_WEIGHTS] = {ENG_P_WQ,    ENG_P_WK, ENG_P_WV,   ENG_P_WO,
-                                                             ENG_P_WGATE, ENG_P_WUP, ENG_P_WDOWN};
 enum { BLOCK = 16 };
 
 static double worst;
@@ -74,7 +72,7 @@ static void check_model(const char *model) {
     float *theta[ENG_POET_WEIGHTS][2];
     int32_t *perm[ENG_POET_WEIGHTS][2];
     for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
-      const eng_tensor *t = &lo.layer_proto[proj_param[k]];
+      const eng_tensor *t = &lo.layer_proto[eng_poet_param[k]];
       int dims[2] = {t->cols, t->rows}; // in, out
       for (int side = 0; side < 2; side++) {
         char name[256];
@@ -99,7 +97,7 @@ static void check_model(const char *model) {
     near(model, l, "input gradient", dx, ref, (size_t)n * d);
     free(ref);
     for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
-      const eng_tensor *t = &lo.layer_proto[proj_param[k]];
+      const eng_tensor *t = &lo.layer_proto[eng_poet_param[k]];
       int dims[2] = {t->cols, t->rows};
       for (int side = 0; side < 2; side++) {
         float *dth = calloc(tri * (size_t)(dims[side] / BLOCK), sizeof(float));
