@@ -440,6 +440,14 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
   m->arena_cap = r->dev->cap;
   m->bytes_in = r->dev->bytes_in - in0;
   m->bytes_out = r->dev->bytes_out - out0;
+  if (r->model.poet.layers) { // the run waited for every update the step read, merges included
+    const eng_poet_model *pm = &r->model.poet;
+    m->poet_merges = pm->layers[0].merged;
+    for (int l = 0; l < pm->n_layers; l++) {
+      if (pm->layers[l].merged < m->poet_merges) m->poet_merges = pm->layers[l].merged;
+      if (pm->layers[l].merge_err > m->poet_orth_err) m->poet_orth_err = pm->layers[l].merge_err;
+    }
+  }
   if ((rc = maybe_eval(r, m, e))) return rc;
   if (s->progress && s->progress(s->progress_ctx, m))
     return eng_err_set(e, ENG_ECANCEL, "the run was cancelled by its progress callback");
@@ -707,6 +715,10 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
   eng_model_work_refresh(&r->model); // what streams must be what was loaded
   r->step = mt[META_STEP];
   r->updates = mt[META_UPDATES];
+  for (int l = 0; l < r->model.poet.n_layers; l++) { // the merges the loaded updates made (their errors are not kept)
+    r->model.poet.layers[l].merged = r->updates / r->spec.poet_merge_every;
+    r->model.poet.layers[l].merge_err = 0;
+  }
   r->nonfinite_streak = (int)mt[META_STREAK];
   uint32_t lag = (uint32_t)mt[META_LAG];
   memcpy(&r->lag_scale, &lag, sizeof lag);

@@ -59,6 +59,11 @@ typedef struct eng_metrics {
   size_t arena_cap;      // the cap
   uint64_t bytes_in;     // host -> device bytes in this step
   uint64_t bytes_out;    // device -> host bytes in this step
+  // POET-X: merges applied so far (every layer's; a step's update and its
+  // merge apply as the next step needs them) and the largest |RᵀR − I|_F of
+  // the rotations the last of them folded into the weights.
+  int64_t poet_merges;
+  double poet_orth_err;
 } eng_metrics;
 
 // Called after each step (and after each evaluation); return nonzero to cancel.

@@ -177,6 +177,8 @@ double eng_poet_model_merge(eng_poet_model *pm, const eng_layout *lo, int l, flo
   }
   memset(s->m1, 0, pm->n_theta * sizeof *s->m1);
   memset(s->m2, 0, pm->n_theta * sizeof *s->m2);
+  s->merged = merge;
+  s->merge_err = worst;
   return worst;
 }
 

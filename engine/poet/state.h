@@ -27,6 +27,8 @@ extern const eng_layer_param eng_poet_bias[ENG_POET_WEIGHTS];
 typedef struct eng_poet_lstate {
   float *theta, *m1, *m2, *g; // [n_theta] each
   int32_t *perm;              // [n_perm]
+  int64_t merged;             // the number of the last merge (0: none yet)
+  double merge_err;           // the largest orthogonality error that merge folded in
 } eng_poet_lstate;
 
 typedef struct eng_poet_model {
@@ -71,8 +73,8 @@ double eng_poet_model_grad(eng_poet_model *pm, int l, const float *drot, float *
 // Merge-then-reinitialise layer l (w: its layer shard's fp32 weights): every
 // weight's W0 becomes its effective weight under new permutations drawn for
 // (seed, merge, l), θ and its moments return to zero. Returns the largest
-// orthogonality error the merged rotations had. work:
-// eng_poet_model_merge_floats.
+// orthogonality error the merged rotations had (also kept in the layer's
+// state with the merge's number). work: eng_poet_model_merge_floats.
 size_t eng_poet_model_merge_floats(const eng_poet_model *pm);
 double eng_poet_model_merge(eng_poet_model *pm, const eng_layout *lo, int l, float *w, uint64_t seed, int64_t merge,
                             float *work);
