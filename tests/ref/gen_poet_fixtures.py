@@ -20,7 +20,12 @@ block size 16 (random permutations and theta), biases added after the chain as
 poet.h does. transformers' own model then computes the loss; autograd gives the
 gradients of every theta, of the norms, the embedding and the head. The input and
 output of each decoder layer, and their gradients, are captured with hooks, so a
-layer can be checked on its own.
+layer can be checked on its own. Then 10 training steps on that batch (traj.losses):
+Adam on every theta at poet_lr on the lr schedule (eps 1e-6, no weight decay), AdamW on
+the norms, embedding and head, clipping of the global norm with its threshold ramped
+after merges, and merge-then-reinitialise every 5 updates with the new permutations
+drawn as the engine draws them (common/rng.c's xoshiro256** seeded for each layer and
+weight, poet/state.c's streams): the engine's run from the same state must agree.
 
 Seeded, float64 math, stored as float32 (int32 permutations): a rerun writes the
 same bytes. Usage: .venv/bin/python3 tests/ref/gen_poet_fixtures.py [--out DIR]
@@ -29,6 +34,7 @@ same bytes. Usage: .venv/bin/python3 tests/ref/gen_poet_fixtures.py [--out DIR]
 import argparse
 import hashlib
 import json
+import math
 import os
 
 import torch
@@ -83,6 +89,72 @@ def effective(w0, pin, pout, r_in, r_out):
     return chain(eye, w0, torch.zeros(w0.shape[0], dtype=w0.dtype), pin, pout, r_in, r_out).T
 
 
+# The trajectory (traj.losses): the engine's spec in test_poet_model.c says the same.
+TRAJ = dict(steps=10, seed=77, merge_every=5, poet_lr=2e-3, lr=1e-3, min_lr=1e-4, warmup_steps=3,
+            total_steps=10, betas=(0.9, 0.95), eps=1e-8, poet_eps=1e-6, weight_decay=0.1, clip=0.5)
+M64 = (1 << 64) - 1
+
+
+class EngineRng:
+    """common/rng.c: splitmix64 seeding, xoshiro256**, unbiased below(), Fisher-Yates."""
+
+    def __init__(self, seed, stream):
+        x = (seed ^ (stream * 0xd1342543de82ef95)) & M64
+        self.s = []
+        for _ in range(4):
+            x = (x + 0x9e3779b97f4a7c15) & M64
+            z = x
+            z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+            z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+            self.s.append(z ^ (z >> 31))
+
+    def u64(self):
+        s = self.s
+        rotl = lambda x, k: ((x << k) | (x >> (64 - k))) & M64
+        out = (rotl((s[1] * 5) & M64, 7) * 9) & M64
+        t = (s[1] << 17) & M64
+        s[2] ^= s[0]
+        s[3] ^= s[1]
+        s[1] ^= s[2]
+        s[0] ^= s[3]
+        s[2] ^= t
+        s[3] = rotl(s[3], 45)
+        return out
+
+    def below(self, n):
+        limit = M64 - M64 % n
+        while True:
+            x = self.u64()
+            if x < limit:
+                return x % n
+
+    def perm(self, n):
+        a = list(range(n))
+        for i in range(n, 1, -1):
+            j = self.below(i)
+            a[i - 1], a[j] = a[j], a[i - 1]
+        return torch.tensor(a)
+
+
+def perm_stream(merge, layer, weight):
+    """poet/state.c's stream of a weight's permutations after `merge` merges."""
+    return (1 << 63) | (merge << 32) | (layer << 8) | weight
+
+
+def lr_at(step, lr, min_lr):
+    t = TRAJ
+    if step < t["warmup_steps"]:
+        return lr * (step + 1) / t["warmup_steps"]
+    progress = (step - t["warmup_steps"]) / (t["total_steps"] - t["warmup_steps"])
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def clip_ramp(step, merge_every):
+    if step < merge_every or step % merge_every >= 10:
+        return 1.0
+    return 0.1 + 0.9 * (step % merge_every) / 10
+
+
 class PoetLinear(torch.nn.Module):
     """A frozen nn.Linear under POET-X: chain() with trainable theta on both sides."""
 
@@ -98,11 +170,55 @@ class PoetLinear(torch.nn.Module):
         self.theta_in = torch.nn.Parameter(torch.randn(n // b, tri, dtype=lin.weight.dtype) * scale)
         self.theta_out = torch.nn.Parameter(torch.randn(m // b, tri, dtype=lin.weight.dtype) * scale)
 
+    @torch.no_grad()
+    def merge(self, rng):
+        """W0 <- the effective weight under new permutations from rng; theta <- 0."""
+        w_eff = effective(self.w0, self.pin, self.pout, cayley_neumann(self.theta_in, self.b),
+                          cayley_neumann(self.theta_out, self.b))
+        pin, pout = rng.perm(self.w0.shape[1]), rng.perm(self.w0.shape[0])
+        self.w0[pout] = w_eff[:, pin]
+        self.pin.copy_(pin)
+        self.pout.copy_(pout)
+        self.theta_in.zero_()
+        self.theta_out.zero_()
+
     def forward(self, x):
         shape = x.shape
         y = chain(x.reshape(-1, shape[-1]), self.w0, self.bias, self.pin, self.pout,
                   cayley_neumann(self.theta_in, self.b), cayley_neumann(self.theta_out, self.b))
         return y.reshape(*shape[:-1], y.shape[-1])
+
+
+def trajectory(model, input_ids, labels):
+    """TRAJ's run from the model's current state; its losses (float32)."""
+    t = TRAJ
+    thetas = [p for n, p in model.named_parameters() if "theta_" in n]
+    rest = [p for n, p in model.named_parameters() if p.requires_grad and "theta_" not in n]
+    groups = [{"params": thetas, "weight_decay": 0.0, "eps": t["poet_eps"], "kind": "poet"},
+              {"params": [p for p in rest if p.ndim >= 2], "weight_decay": t["weight_decay"], "kind": "lr"},
+              {"params": [p for p in rest if p.ndim < 2], "weight_decay": 0.0, "kind": "lr"}]
+    opt = torch.optim.AdamW(groups, lr=t["lr"], betas=t["betas"], eps=t["eps"], foreach=False, fused=False)
+    poet = [(l, k, getattr(getattr(layer, p.split(".")[0]), p.split(".")[1]))
+            for l, layer in enumerate(model.model.layers) for k, p in enumerate(PROJS)]
+    losses = []
+    for step in range(t["steps"]):
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for g in groups for p in g["params"]],
+                                       max_norm=t["clip"] * clip_ramp(step, t["merge_every"]))
+        lr = lr_at(step, t["lr"], t["min_lr"])
+        for g in opt.param_groups:
+            g["lr"] = t["poet_lr"] * lr / t["lr"] if g["kind"] == "poet" else lr
+        opt.step()
+        losses.append(loss.item())
+        if (step + 1) % t["merge_every"] == 0:
+            merge = (step + 1) // t["merge_every"]
+            for l, k, mod in poet:
+                mod.merge(EngineRng(t["seed"], perm_stream(merge, l, k)))
+            for p in thetas:  # Adam starts over on the new theta
+                opt.state[p] = {}
+    return torch.tensor(losses, dtype=torch.float32)
 
 
 def gen_layers(out):
@@ -156,8 +272,9 @@ def gen_layers(out):
         for l, (x, y) in seen.items():
             tensors[f"layer.{l}.x"], tensors[f"layer.{l}.y"] = f32(x), f32(y)
             tensors[f"layer.{l}.dx"], tensors[f"layer.{l}.dy"] = f32(x.grad), f32(y.grad)
+        tensors["traj.losses"] = trajectory(model, input_ids, labels)
         save_file(tensors, os.path.join(out, f"{name}.safetensors"))
-    meta = dict(models=list(MODELS), block=LAYER_BLOCK, theta_scale=LAYER_THETA_SCALE, seed=SEED,
+    meta = dict(models=list(MODELS), block=LAYER_BLOCK, theta_scale=LAYER_THETA_SCALE, seed=SEED, trajectory=TRAJ,
                 torch=torch.__version__, series="R = (I + Q)(I + Q + Q^2 + Q^3)",
                 bias="added after the chain (poet.h)", math="float64, stored as float32",
                 loss="transformers' causal LM loss on the fixture's input_ids and labels",
