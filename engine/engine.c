@@ -103,6 +103,7 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
       return eng_err_set(e, ENG_ENOTSUP, "spec: method poetx runs on the cpu backend only in this build (its "
                          "CUDA kernels are not written yet); device_gpu must be -1");
     if (s->clip_lagged) BAD("clip_lagged is not available with method poetx (its clipping ramps after each merge)");
+    if (s->plan) BAD("a plan cannot run method poetx yet: the planner's cost model does not know POET-X layers");
   }
   return 0;
 #undef BAD

@@ -43,6 +43,15 @@ static void usage(FILE *f) {
           "  --clip-lagged       clip with the previous step's factor (updates may start\n"
           "                      during the backward; changes the semantics of clipping)\n"
           "  --opt-thread        run updates on their own thread beside compute\n"
+          "  --method NAME       full (default: every weight trains with --optim) or poetx:\n"
+          "                      each decoder projection trains as P.R.W0.R.P, W0 frozen,\n"
+          "                      the rotations' block parameters by Adam; the singular\n"
+          "                      values of every projection stay as they were (POET-X)\n"
+          "  --poet-block N      poetx: rotation block size (default 256); must divide every\n"
+          "                      projection's rows and columns\n"
+          "  --poet-merge N      poetx: merge the rotations into W0 every N steps (default 200)\n"
+          "  --poet-lr X         poetx: learning rate of the rotations (default 5e-4, on the\n"
+          "                      --lr schedule)\n"
           "streaming:\n"
           "  --gpu N             train on CUDA device N (default: the cpu backend)\n"
           "  --cap MIB           device arena cap in MiB (default 1024; on a GPU, 0\n"
@@ -216,9 +225,11 @@ static int on_progress(void *ctx, const eng_metrics *m) {
   if (o->quiet) return 0;
   printf("step %5lld  loss %.4f", (long long)m->step, m->loss);
   if (!isnan(m->eval_loss)) printf("  eval %.4f", m->eval_loss);
-  printf("  lr %.2e  norm %.3f  tok/s %8.0f  fwd %.3fs loss %.3fs bwd %.3fs wait %.3fs%s\n", m->lr,
+  printf("  lr %.2e  norm %.3f  tok/s %8.0f  fwd %.3fs loss %.3fs bwd %.3fs wait %.3fs%s", m->lr,
          m->grad_norm, m->tokens_per_s, m->t_fwd, m->t_loss, m->t_bwd, m->t_opt_wait,
          m->skipped ? "  (skipped: non-finite)" : "");
+  if (m->poet_merges) printf("  merges %lld (last: orthogonality error %.1e)", (long long)m->poet_merges, m->poet_orth_err);
+  printf("\n");
   fflush(stdout);
   return 0;
 }
@@ -241,7 +252,7 @@ int main(int argc, char **argv) {
          O_DATA, O_EVAL, O_EVAL_EVERY, O_SEQ, O_BATCH, O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP,
          O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
          O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_PLAN, O_CALIBRATE, O_TIMELINE,
-         O_HELP };
+         O_METHOD, O_POET_BLOCK, O_POET_MERGE, O_POET_LR, O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
       {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
@@ -256,7 +267,8 @@ int main(int argc, char **argv) {
       {"quiet", 0, 0, O_QUIET}, {"keep-acts", 0, 0, O_KEEP}, {"optim", 1, 0, O_OPTIM},
       {"grad-fp32", 0, 0, O_GRAD32}, {"clip-lagged", 0, 0, O_LAGGED}, {"opt-thread", 0, 0, O_OPT_THREAD},
       {"gpu", 1, 0, O_GPU}, {"plan", 1, 0, O_PLAN}, {"calibrate", 1, 0, O_CALIBRATE}, {"timeline", 1, 0, O_TIMELINE},
-      {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+      {"method", 1, 0, O_METHOD}, {"poet-block", 1, 0, O_POET_BLOCK}, {"poet-merge", 1, 0, O_POET_MERGE},
+      {"poet-lr", 1, 0, O_POET_LR}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
@@ -315,6 +327,17 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case O_METHOD:
+      if (!strcmp(optarg, "full")) s.method = ENG_METHOD_FULL;
+      else if (!strcmp(optarg, "poetx")) s.method = ENG_METHOD_POETX;
+      else {
+        fprintf(stderr, "traind-train: --method must be full or poetx (got \"%s\")\n", optarg);
+        return 2;
+      }
+      break;
+    case O_POET_BLOCK: s.poet_block = atoi(optarg); break;
+    case O_POET_MERGE: s.poet_merge_every = atoi(optarg); break;
+    case O_POET_LR: s.poet_lr = strtof(optarg, NULL); break;
     case O_GRAD32: s.grad_dtype = ENG_GRAD_F32; break;
     case O_LAGGED: s.clip_lagged = 1; break;
     case O_OPT_THREAD: s.opt_thread = 1; break;
