@@ -124,6 +124,13 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
   g->optimizer = t->optimizer == K(OPTIMIZER__OPTIMIZER_ADAMW) ? ENG_OPT_ADAMW : ENG_OPT_ADAMW8;
   g->grad_dtype = t->grad_fp32 ? ENG_GRAD_F32 : ENG_GRAD_BF16;
   g->clip_lagged = t->clip_lagged;
+  if (t->method == K(METHOD__METHOD_POETX)) {
+    g->method = ENG_METHOD_POETX;
+    const T(PoetSpec) *ps = t->poet;
+    if (ps && ps->block_size) g->poet_block = ps->block_size;
+    if (ps && ps->merge_every) g->poet_merge_every = ps->merge_every;
+    if (ps && ps->lr_opt_case) g->poet_lr = ps->lr;
+  }
   g->lr = t->lr;
   g->min_lr = t->schedule == K(LR_SCHEDULE__LR_SCHEDULE_CONSTANT) ? t->lr : opt_or(t->min_lr_opt_case, t->min_lr, t->lr / 10);
   g->beta1 = opt_or(t->beta1_opt_case, t->beta1, g->beta1);
@@ -167,6 +174,10 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
     g->device_gpu = dv->gpu;
   }
 
+  if (dv && dv->plan && g->method == ENG_METHOD_POETX)
+    return fail(e, GRPC_STATUS_FAILED_PRECONDITION, "spec.device.plan",
+                "the planner does not model POET-X layers yet; a poetx job takes the uniform policy "
+                "(recompute_every, boundaries)");
   // A planned job's policy is the planner's, which refuses what cannot fit
   // (naming the budget) when the job is planned.
   p->use_planner = dv && dv->plan;

@@ -279,6 +279,16 @@ static int val_training(const T(TrainingSpec) *t, const char *p, val_err *e) {
       (t->weight_decay_opt_case && frange(t->weight_decay, 0, 10, 0, p, "weight_decay", e)) ||
       (t->clip_opt_case && frange(t->clip_norm, 0, 1e6, 0, p, "clip_norm", e)))
     return -1;
+  if (enum_known(t->method, &traind__v1__method__descriptor, p, "method", e)) return -1;
+  if (t->poet) {
+    char sub[256];
+    snprintf(sub, sizeof sub, "%s.poet", p);
+    if (t->method != K(METHOD__METHOD_POETX)) return bad(e, "%s: set only with method poetx", sub);
+    if (range(t->poet->block_size, 0, 4096, sub, "block_size", e) || range(t->poet->merge_every, 0, 1000000000, sub,
+        "merge_every", e) || (t->poet->lr_opt_case && frange(t->poet->lr, 0, 10, 0, sub, "lr", e)))
+      return -1;
+    if (t->poet->block_size == 1) return bad(e, "%s.block_size: must be at least 2 (got 1)", sub);
+  }
   // beta = 1 never forgets and makes the bias correction divide by zero.
   if ((t->beta1_opt_case && t->beta1 >= 1) || (t->beta2_opt_case && t->beta2 >= 1))
     return bad(e, "%s.%s: must be below 1 (got %g)", p, t->beta1_opt_case && t->beta1 >= 1 ? "beta1" : "beta2",
