@@ -345,8 +345,8 @@ static void opt_run(void *arg) {
     // Decoupled weight decay applies to matrices only.
     eng_adamw8_hparams h = {u->lr, t->cols ? u->weight_decay : 0.0f, u->beta1, u->beta2, u->eps, u->clip_scale, u->t};
     eng_adamw8_io io = {.w = sh->w + t->off,
-                        .g = sh->g_bf16 ? (const void *)((const uint16_t *)sh->g + t->off)
-                                        : (const void *)((const float *)sh->g + t->off),
+                        .g = sh->g_bf16 ? (const void *)((const uint16_t *)sh->g + sh->g_off[i])
+                                        : (const void *)((const float *)sh->g + sh->g_off[i]),
                         .g_type = sh->g_bf16 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32};
     if (sh->work) io.work = sh->work + t->off, io.work_type = ENG_ADAMW8_BF16; // what the next step streams
     eng_err ignored; // the arguments are built here: an error would be a bug caught by the tests

@@ -3,6 +3,7 @@
 // copy inside it is memcpy, the store and the embedding's backward read it in
 // place, and a gradient slot narrows to the store's dtype as it is copied out.
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,8 +163,14 @@ static void cpu_grad_out(eng_exec *x, int slot, int shard) {
     else grad_store(x, &m->shards[0], 0, src + lo->final_norm.numel, lo->embed.numel);
     n = lo->final_norm.numel + lo->lm_head.numel;
   } else {
-    n = m->shards[shard].numel;
-    grad_store(x, &m->shards[shard], 0, src, n);
+    eng_shard *sh = &m->shards[shard];
+    n = sh->numel;
+    if (sh->g_numel == n) {
+      grad_store(x, sh, 0, src, n);
+    } else { // POET-X: only the tensors that train have a store
+      for (int i = 0; i < sh->n_tensors; i++)
+        if (sh->g_off[i] != SIZE_MAX) grad_store(x, sh, sh->g_off[i], src + sh->tensors[i].off, sh->tensors[i].numel);
+    }
   }
   // The norm of what the device accumulated (fp32), as a GPU reduces it on the fly;
   // under POET-X a layer's θ gradients, finished by grad_finish, count too.

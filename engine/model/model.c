@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,18 +57,38 @@ static int tensor_frozen(const eng_layout *lo, int s, const eng_tensor *t, const
 // The gradient store of shard s holds bf16 (the embedding's is always fp32).
 static int shard_g_bf16(int s, const eng_model_opts *o) { return o->grad_bf16 && s != 0; }
 
+// Where each tensor's gradient sits in shard s's store (g_off) and its size:
+// the layout's offsets, or, when some tensors are frozen (POET-X's W0), the
+// others packed: a frozen tensor has no gradient store.
+static size_t shard_g_layout(const eng_layout *lo, int s, const eng_tensor *ts, int n, const eng_model_opts *o,
+                             size_t *g_off) {
+  int any = 0;
+  for (int i = 0; i < n; i++) any |= tensor_frozen(lo, s, &ts[i], o);
+  if (!any) {
+    for (int i = 0; i < n; i++) g_off[i] = ts[i].off;
+    return eng_layout_shard_numel(lo, s);
+  }
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    g_off[i] = tensor_frozen(lo, s, &ts[i], o) ? SIZE_MAX : at;
+    if (g_off[i] != SIZE_MAX) at += ts[i].numel;
+  }
+  return at;
+}
+
 static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e) {
   const eng_layout *lo = &m->lo;
   eng_shard *sh = &m->shards[s];
   sh->numel = eng_layout_shard_numel(lo, s);
   sh->g_bf16 = shard_g_bf16(s, o);
+  sh->n_tensors = shard_tensors(lo, s, sh->tensors);
+  sh->g_numel = shard_g_layout(lo, s, sh->tensors, sh->n_tensors, o, sh->g_off);
   size_t pinned_align = o->work_bf16 ? 4096 : 64; // g and work cross PCIe on a GPU
   sh->w = alloc_zeroed(sh->numel * sizeof(float), 64);
-  sh->g = alloc_zeroed(sh->numel * (sh->g_bf16 ? sizeof(uint16_t) : sizeof(float)), pinned_align);
+  sh->g = alloc_zeroed(sh->g_numel * (sh->g_bf16 ? sizeof(uint16_t) : sizeof(float)), pinned_align);
   sh->work = o->work_bf16 ? alloc_zeroed(sh->numel * sizeof(uint16_t), pinned_align) : NULL;
   if (!sh->w || !sh->g || (o->work_bf16 && !sh->work))
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate shard %d (%zu values)", s, sh->numel);
-  sh->n_tensors = shard_tensors(lo, s, sh->tensors);
   for (int i = 0; i < sh->n_tensors; i++) {
     eng_adamw8_opts ao = tensor_opt_opts(lo, s, &sh->tensors[i], o);
     sh->frozen[i] = (uint8_t)tensor_frozen(lo, s, &sh->tensors[i], o);
@@ -138,11 +159,16 @@ float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t) { return m->sh
 
 void eng_model_grad_get(const eng_model *m, int s, const eng_tensor *t, float *dst) {
   const eng_shard *sh = &m->shards[s];
-  if (sh->g_bf16) {
-    const uint16_t *g = (const uint16_t *)sh->g + t->off;
+  size_t off = SIZE_MAX;
+  for (int i = 0; i < sh->n_tensors; i++)
+    if (sh->tensors[i].off == t->off) off = sh->g_off[i];
+  if (off == SIZE_MAX) { // frozen
+    memset(dst, 0, t->numel * sizeof *dst);
+  } else if (sh->g_bf16) {
+    const uint16_t *g = (const uint16_t *)sh->g + off;
     for (size_t i = 0; i < t->numel; i++) dst[i] = eng_bf16_to_f32(g[i]);
   } else {
-    memcpy(dst, (const float *)sh->g + t->off, t->numel * sizeof(float));
+    memcpy(dst, (const float *)sh->g + off, t->numel * sizeof(float));
   }
 }
 
@@ -191,10 +217,11 @@ size_t eng_model_state_bytes(const eng_config *c, const eng_model_opts *o) {
   eng_layout_init(&lo, c);
   size_t n = 0;
   for (int s = 0; s < lo.n_shards; s++) {
-    size_t numel = eng_layout_shard_numel(&lo, s);
-    n += numel * (sizeof(float) + (shard_g_bf16(s, o) ? 2 : 4) + (o->work_bf16 ? 2 : 0));
+    size_t numel = eng_layout_shard_numel(&lo, s), g_off[ENG_SHARD_MAX_TENSORS];
     eng_tensor ts[ENG_SHARD_MAX_TENSORS];
     int nt = shard_tensors(&lo, s, ts);
+    size_t g_numel = shard_g_layout(&lo, s, ts, nt, o, g_off);
+    n += numel * (sizeof(float) + (o->work_bf16 ? 2 : 0)) + g_numel * (shard_g_bf16(s, o) ? 2 : 4);
     for (int i = 0; i < nt; i++) {
       eng_adamw8_opts ao = tensor_opt_opts(&lo, s, &ts[i], o);
       if (!tensor_frozen(&lo, s, &ts[i], o)) n += eng_adamw8_state_bytes(ts[i].numel, &ao);

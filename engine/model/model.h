@@ -17,7 +17,11 @@
 typedef struct eng_shard {
   size_t numel;
   float *w;        // fp32 master weights
-  void *g;         // gradient store, written by the backward's copy-out
+  void *g;         // gradient store, written by the backward's copy-out: g_numel values, tensor i's
+                   // at g_off[i] (its layout offset, unless some tensors are frozen: then the
+                   // others' are packed and the frozen have none, SIZE_MAX)
+  size_t g_numel;
+  size_t g_off[ENG_P_LAYER_COUNT];
   uint16_t *work;  // bf16 working copy that streams to a GPU (eng_model_opts.work_bf16),
                    // written by each update; NULL on the cpu, which streams w
   int g_bf16;      // 1: g holds bf16 bits (uint16_t), 0: fp32
