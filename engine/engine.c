@@ -135,7 +135,8 @@ static eng_exec_policy spec_policy(const eng_spec *s) {
                            .spill_bps = s->spill_bps,
                            .cuda = s->device_gpu >= 0,
                            .grad_bf16 = s->grad_dtype == ENG_GRAD_BF16,
-                           .poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0};
+                           .poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0,
+                           .poet_fast = !s->poet_memory};
 }
 
 // A plan checked against the spec and its model c, naming the field that

@@ -100,6 +100,9 @@ typedef struct eng_spec {
                           // rows and columns (default 256)
   int poet_merge_every;   // POETX: updates between merges (default 200)
   float poet_lr;          // POETX: the θ's learning rate (default 5e-4)
+  int poet_memory;        // POETX: recompute each chain's inner product in the backward instead
+                          // of keeping it with the layer's activations (less memory, one more
+                          // product per weight; the same bits)
 
   // Optimizer and schedule: linear warmup to lr, cosine decay to min_lr at total_steps.
   eng_optimizer optimizer;

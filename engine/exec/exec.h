@@ -47,6 +47,8 @@ typedef struct eng_exec_policy {
   int grad_bf16;
   int poet_block;   // POET-X (the model's poet state, poet/state.h): the layers compute
                     // their POET chains, with the rotations' buffers in the arena
+  int poet_fast;    // ... and keep each chain's inner product with the activations
+                    // (exec/layer.h's acts.z) instead of recomputing it in the backward
 } eng_exec_policy;
 
 // Parameters of one update round, applied shard by shard.

@@ -58,7 +58,8 @@ int eng_exec_cpu_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes
   *z = (exec_sizes){.align = 64,
                     .weight = sizeof(float),
                     .act = sizeof(float),
-                    .acts = eng_layer_acts_floats(c, mb, T) * sizeof(float),
+                    .acts = (eng_layer_acts_floats(c, mb, T) +
+                             (p->poet_block && p->poet_fast ? eng_layer_acts_z_floats(c, mb, T) : 0)) * sizeof(float),
                     .scratch = eng_layer_scratch_floats(c, mb, T) * sizeof(float),
                     .head_scratch = eng_k_head_loss_scratch_floats(c->vocab) * sizeof(float),
                     .own = own * sizeof(float)};
@@ -97,7 +98,11 @@ static int cpu_open(eng_exec *x, eng_err *e) {
   }
   x->be = s;
   for (size_t k = 0; k < n_acts; k++)
-    if (x->acts_at[k]) eng_layer_acts_bind(&s->acts[k], x->acts_at[k], c, x->mb, x->p.seq_len);
+    if (x->acts_at[k]) {
+      eng_layer_acts_bind(&s->acts[k], x->acts_at[k], c, x->mb, x->p.seq_len);
+      if (x->p.poet_block && x->p.poet_fast)
+        s->acts[k].z = (float *)x->acts_at[k] + eng_layer_acts_floats(c, x->mb, x->p.seq_len);
+    }
   eng_layer_scratch_bind(&s->scratch, x->scratch_buf, c, x->mb, x->p.seq_len);
   if (x->p.poet_block) {
     size_t rot, work;

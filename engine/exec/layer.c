@@ -15,6 +15,11 @@ size_t eng_layer_acts_floats(const eng_config *c, int B, int T) {
   return n * d * 3 + n * 2 + n * (qd + 2 * kvd) + qk + n * qd + (size_t)B * c->n_heads * T + n * ff * 3;
 }
 
+size_t eng_layer_acts_z_floats(const eng_config *c, int B, int T) {
+  size_t n = (size_t)B * T, qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+  return n * (qd + 2 * kvd + 2 * (size_t)c->d_model + 2 * (size_t)c->d_ff);
+}
+
 size_t eng_layer_scratch_floats(const eng_config *c, int B, int T) {
   size_t n = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_heads * c->head_dim;
   size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
@@ -118,17 +123,26 @@ static eng_poet_weight poet_w(const eng_poet_layer *pl, int k, const eng_layout 
                            pl->pin[k], pl->pout[k], pl->rin[k], pl->rout[k]};
 }
 
+// Weight k's kept product in the acts' z (fast mode), or NULL.
+static float *poet_z(const eng_layout *lo, const eng_layer_acts *a, int k, int n) {
+  if (!a->z) return NULL;
+  size_t off = 0;
+  for (int i = 0; i < k; i++) off += (size_t)lo->layer_proto[eng_poet_param[i]].rows;
+  return a->z + off * (size_t)n;
+}
+
 // y (rows ldy apart) = weight k's chain of x (rows ldx apart).
 static void poet_fwd(const eng_poet_layer *pl, int k, const eng_layout *lo, const float *w, int n, const float *x,
-                     int ldx, float *y, int ldy) {
+                     int ldx, float *y, int ldy, const eng_layer_acts *a) {
   eng_poet_weight pw = poet_w(pl, k, lo, w, eng_poet_param[k], eng_poet_bias[k]);
-  eng_poet_forward(&pw, n, x, ldx, y, ldy, NULL, pl->work);
+  eng_poet_forward(&pw, n, x, ldx, y, ldy, poet_z(lo, a, k, n), pl->work);
 }
 
 static void poet_bwd(const eng_poet_layer *pl, int k, const eng_layout *lo, const float *w, int n, const float *x,
-                     int ldx, const float *dy, int lddy, float *dx, int lddx, int add) {
+                     int ldx, const float *dy, int lddy, float *dx, int lddx, int add, const eng_layer_acts *a) {
   eng_poet_weight pw = poet_w(pl, k, lo, w, eng_poet_param[k], eng_poet_bias[k]);
-  eng_poet_backward(&pw, n, x, ldx, NULL, dy, lddy, dx, lddx, add, pl->drin[k], pl->drout[k], pl->work);
+  eng_poet_backward(&pw, n, x, ldx, poet_z(lo, a, k, n), dy, lddy, dx, lddx, add, pl->drin[k], pl->drout[k],
+                    pl->work);
 }
 
 void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, const float *x,
@@ -139,9 +153,9 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
   eng_k_rmsnorm_fwd(a->xn1, a->rstd1, x, W(ENG_P_ATTN_NORM), n, d, c->rms_eps);
   // q, k and v as one product: the layout stacks their weights and biases.
   if (poet) {
-    poet_fwd(poet, ENG_POET_Q, lo, w, n, a->xn1, d, a->qkv, qkvd);
-    poet_fwd(poet, ENG_POET_K, lo, w, n, a->xn1, d, a->qkv + qd, qkvd);
-    poet_fwd(poet, ENG_POET_V, lo, w, n, a->xn1, d, a->qkv + qd + kvd, qkvd);
+    poet_fwd(poet, ENG_POET_Q, lo, w, n, a->xn1, d, a->qkv, qkvd, a);
+    poet_fwd(poet, ENG_POET_K, lo, w, n, a->xn1, d, a->qkv + qd, qkvd, a);
+    poet_fwd(poet, ENG_POET_V, lo, w, n, a->xn1, d, a->qkv + qd + kvd, qkvd, a);
   } else {
     eng_k_linear_fwd(a->qkv, a->xn1, W(ENG_P_WQ), W(ENG_P_BQ), n, d, qkvd);
   }
@@ -155,12 +169,12 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
   // o projection lands in y; its rows become xmid = x + y and the MLP norm.
   rows_ctx rc = {c, x, W(ENG_P_MLP_NORM), y, a, NULL, NULL};
   if (poet) { // the chains, then the same row epilogues over all rows
-    poet_fwd(poet, ENG_POET_O, lo, w, n, a->att, qd, y, d);
+    poet_fwd(poet, ENG_POET_O, lo, w, n, a->att, qd, y, d, a);
     rows_attn_out(&rc, 0, n);
-    poet_fwd(poet, ENG_POET_GATE, lo, w, n, a->xn2, d, a->gu, 2 * ff);
-    poet_fwd(poet, ENG_POET_UP, lo, w, n, a->xn2, d, a->gu + ff, 2 * ff);
+    poet_fwd(poet, ENG_POET_GATE, lo, w, n, a->xn2, d, a->gu, 2 * ff, a);
+    poet_fwd(poet, ENG_POET_UP, lo, w, n, a->xn2, d, a->gu + ff, 2 * ff, a);
     rows_swiglu(&rc, 0, n);
-    poet_fwd(poet, ENG_POET_DOWN, lo, w, n, a->hact, ff, y, d);
+    poet_fwd(poet, ENG_POET_DOWN, lo, w, n, a->hact, ff, y, d, a);
     rows_mlp_out(&rc, 0, n);
     return;
   }
@@ -180,10 +194,10 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
   // MLP: y = xmid + down(silu(gate) * up), gate/up = proj(norm2(xmid)).
   rows_ctx rc = {c, x, NULL, NULL, (eng_layer_acts *)a, s->dh, s->dgu};
   if (poet) {
-    poet_bwd(poet, ENG_POET_DOWN, lo, w, n, a->hact, ff, dy, d, s->dh, ff, 0);
+    poet_bwd(poet, ENG_POET_DOWN, lo, w, n, a->hact, ff, dy, d, s->dh, ff, 0, a);
     rows_swiglu_bwd(&rc, 0, n);
-    poet_bwd(poet, ENG_POET_GATE, lo, w, n, a->xn2, d, s->dgu, 2 * ff, s->dxn, d, 0);
-    poet_bwd(poet, ENG_POET_UP, lo, w, n, a->xn2, d, s->dgu + ff, 2 * ff, s->dxn, d, 1);
+    poet_bwd(poet, ENG_POET_GATE, lo, w, n, a->xn2, d, s->dgu, 2 * ff, s->dxn, d, 0, a);
+    poet_bwd(poet, ENG_POET_UP, lo, w, n, a->xn2, d, s->dgu + ff, 2 * ff, s->dxn, d, 1, a);
   } else {
     eng_k_linear_bwd_then(s->dh, DW(ENG_P_WDOWN), NULL, dy, a->hact, W(ENG_P_WDOWN), n, ff, d, 0, rows_swiglu_bwd,
                           &rc);
@@ -193,7 +207,7 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
   eng_k_rmsnorm_bwd(s->dxmid, DW(ENG_P_MLP_NORM), s->dxn, dy, a->xmid, W(ENG_P_MLP_NORM), a->rstd2, n, d);
 
   // Attention: xmid = x + o(attn(rope(qk_norm(proj(norm1(x)))))).
-  if (poet) poet_bwd(poet, ENG_POET_O, lo, w, n, a->att, qd, s->dxmid, d, s->datt, qd, 0);
+  if (poet) poet_bwd(poet, ENG_POET_O, lo, w, n, a->att, qd, s->dxmid, d, s->datt, qd, 0, a);
   else eng_k_linear_bwd(s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0);
   eng_k_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv,
                       B, T, H, KV, hd);
@@ -205,9 +219,9 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
                        KV, hd);
   }
   if (poet) {
-    poet_bwd(poet, ENG_POET_Q, lo, w, n, a->xn1, d, s->dqkv, qkvd, s->dxn, d, 0);
-    poet_bwd(poet, ENG_POET_K, lo, w, n, a->xn1, d, s->dqkv + qd, qkvd, s->dxn, d, 1);
-    poet_bwd(poet, ENG_POET_V, lo, w, n, a->xn1, d, s->dqkv + qd + kvd, qkvd, s->dxn, d, 1);
+    poet_bwd(poet, ENG_POET_Q, lo, w, n, a->xn1, d, s->dqkv, qkvd, s->dxn, d, 0, a);
+    poet_bwd(poet, ENG_POET_K, lo, w, n, a->xn1, d, s->dqkv + qd, qkvd, s->dxn, d, 1, a);
+    poet_bwd(poet, ENG_POET_V, lo, w, n, a->xn1, d, s->dqkv + qd + kvd, qkvd, s->dxn, d, 1, a);
   } else {
     eng_k_linear_bwd(s->dxn, DW(ENG_P_WQ), DW(ENG_P_BQ), s->dqkv, a->xn1, W(ENG_P_WQ), n, d, qkvd, 0);
   }

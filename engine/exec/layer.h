@@ -5,8 +5,9 @@
 // micro-batch; the executor recomputes it from the layer's input before the
 // backward (activation checkpointing at layer granularity). Under POET-X
 // (poet non-NULL) the seven products are the weights' POET chains
-// (poet/poet.h, in the memory mode: the backward recomputes each chain's
-// inner product from the input it keeps anyway), the backward adds dL/dR
+// (poet/poet.h; with acts.z the fast mode, else the memory mode, where the
+// backward recomputes each chain's inner product from its input, which the
+// acts keep anyway: the same bits either way), the backward adds dL/dR
 // into poet's accumulators instead of weight gradients, and the biases stay
 // frozen; the norms train as before.
 #ifndef ENG_EXEC_LAYER_H
@@ -27,6 +28,9 @@ typedef struct eng_layer_acts {
   float *xmid;               // residual after attention                [n,d]
   float *xn2, *rstd2;        // MLP norm output and 1/rms               [n,d], [n]
   float *gu, *hact;          // gate|up projections, silu(gate)*up      [n,2ff], [n,ff]
+  float *z;                  // POET-X's fast mode: each chain's product before its output
+                             // rotation, weight by weight (q, k, v, o, gate, up, down), [n, out]
+                             // each; NULL: the backward recomputes them (the memory mode)
 } eng_layer_acts;
 
 // Scratch of the backward for one micro-batch.
@@ -39,8 +43,11 @@ typedef struct eng_layer_scratch {
   float *dq, *dk, *dv;       // laid out like the acts' q, k, v: views into dqkv or own (Qwen3)
 } eng_layer_scratch;
 
-// Floats needed by eng_layer_acts / eng_layer_scratch for B sequences of T.
+// Floats needed by eng_layer_acts / eng_layer_scratch for B sequences of T;
+// POET-X's fast mode adds eng_layer_acts_z_floats to the acts (bound by the
+// caller after the rest: a->z).
 size_t eng_layer_acts_floats(const eng_config *c, int B, int T);
+size_t eng_layer_acts_z_floats(const eng_config *c, int B, int T);
 size_t eng_layer_scratch_floats(const eng_config *c, int B, int T);
 // Point the fields into buf (sized by the functions above).
 void eng_layer_acts_bind(eng_layer_acts *a, float *buf, const eng_config *c, int B, int T);

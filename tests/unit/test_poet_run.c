@@ -1,7 +1,8 @@
 // POET-X runs of the engine (method poetx) on the tests' tiny Qwen3 from
 // scratch, block 16:
 //   - from scratch every projection's W0 has rows of unit norm;
-//   - two runs from one seed give the same losses to the bit, and runs
+//   - two runs from one seed give the same losses to the bit, so does a run
+//     in the memory mode (each chain's product recomputed), and runs
 //     resumed from a checkpoint before a merge (step 15, merges every 10)
 //     and right at one (step 20: its update and merge are pending when it is
 //     saved) continue to the bit across the merges that follow;
@@ -77,6 +78,10 @@ static void check_resume(void) {
     if (k == 0) {
       train(&s, b, 0, RESUME_STEPS, 0, NULL, NULL);
       CHECK(!memcmp(a, b, sizeof a), "two POET-X runs from one seed differ");
+      eng_spec sm = s;
+      sm.poet_memory = 1;
+      train(&sm, b, 0, RESUME_STEPS, 0, NULL, NULL);
+      CHECK(!memcmp(a, b, sizeof a), "the memory mode's losses differ from the fast mode's");
       CHECK(a[RESUME_STEPS - 1] < a[0] - 0.5, "the loss fell only from %.4f to %.4f", a[0], a[RESUME_STEPS - 1]);
     }
     train(&s, c, saves[k], RESUME_STEPS, 0, NULL, &st);
