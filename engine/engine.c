@@ -842,3 +842,9 @@ int eng_timeline_svg(const eng_run *r, const eng_metrics *m, char **svg, eng_err
 const eng_config *eng_run_config(const eng_run *r) { return &r->model.cfg; }
 size_t eng_param_count(const eng_run *r) { return r->model.lo.total_numel; }
 size_t eng_opt_state_bytes(const eng_run *r) { return eng_model_opt_bytes(&r->model); }
+size_t eng_train_state_bytes(const eng_run *r) {
+  size_t n = eng_model_opt_bytes(&r->model) + (r->model.poet.layers ? eng_poet_model_bytes(&r->model.poet) : 0);
+  for (int s = 0; s < r->model.lo.n_shards; s++)
+    n += r->model.shards[s].g_numel * (r->model.shards[s].g_bf16 ? sizeof(uint16_t) : sizeof(float));
+  return n;
+}

@@ -238,6 +238,11 @@ const eng_config *eng_run_config(const eng_run *r);
 size_t eng_param_count(const eng_run *r);
 // Bytes allocated for optimizer state (all tensors' moments and block scales).
 size_t eng_opt_state_bytes(const eng_run *r);
+// Bytes the run holds because weights train: optimizer state, the gradient
+// store and, under POET-X, its state (θ, their moments and gradients, the
+// permutations). The fp32 master weights and a GPU's working copy are not
+// counted.
+size_t eng_train_state_bytes(const eng_run *r);
 void eng_close(eng_run *r);
 
 // ---- inspection, for parity tests and debugging -----------------------------

@@ -1,0 +1,148 @@
+// The runs of tests/bench/poetx.sh.
+//
+// bench_poetx_run train METHOD BLOCK PRESET STEPS BATCH SEQ DATA
+//   trains PRESET (traind-train's: demo, bench40m) on DATA with METHOD
+//   (adamw8, or poetx with rotation blocks of BLOCK) from seed 1 and prints
+//   "key value" lines: params, train_state (eng_train_state_bytes), host
+//   (eng_spec_host_bytes: what the run holds), peak_rss (measured, this
+//   process), tok_s (median over the steps after the first two), loss (the
+//   last step's), tokens.
+// bench_poetx_run largest BLOCK BATCH SEQ
+//   for the dense Qwen3 shapes (0.6B .. 32B, their config.json's
+//   dimensions), the host bytes a cpu-backend run holds under each method
+//   (eng_spec_host_bytes, nothing allocated), and the largest that fits
+//   this machine's MemAvailable: "largest METHOD NAME PARAMS HOST AVAIL".
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "bench.h"
+#include "engine.h"
+#include "model/layout.h"
+
+static int preset(const char *name, eng_config *c) {
+  // traind-train's presets of the same names.
+  if (!strcmp(name, "demo"))
+    *c = (eng_config){ENG_ARCH_QWEN3, 256, 384, 6, 6, 2, 64, 1024, 4096, 10000.0f, 1e-6f, 0.02f, 1, 0, 1};
+  else if (!strcmp(name, "bench40m"))
+    *c = (eng_config){ENG_ARCH_QWEN3, 16384, 512, 8, 8, 4, 64, 1536, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
+  else
+    return -1;
+  return 0;
+}
+
+static void method_of(eng_spec *s, const char *method, int block) {
+  s->optimizer = ENG_OPT_ADAMW8;
+  if (!strcmp(method, "poetx")) {
+    s->method = ENG_METHOD_POETX;
+    s->poet_block = block;
+  }
+}
+
+static int train(int argc, char **argv) {
+  if (argc != 9) return 2;
+  eng_spec s;
+  eng_spec_defaults(&s);
+  if (preset(argv[4], &s.config)) return 2;
+  method_of(&s, argv[2], atoi(argv[3]));
+  int steps = atoi(argv[5]);
+  s.batch = atoi(argv[6]);
+  s.seq_len = atoi(argv[7]);
+  s.train_path = argv[8];
+  s.seed = 1;
+  s.lr = 2e-3f;
+  s.min_lr = 2e-4f;
+  s.warmup_steps = 5;
+  s.total_steps = steps;
+  s.poet_lr = 2e-3f;
+  s.poet_merge_every = 50;
+  s.device_cap = (size_t)4 << 30;
+  eng_err e = {0};
+  size_t host;
+  eng_run *r;
+  if (eng_spec_host_bytes(&s, &host, &e) || eng_open(&s, &r, &e)) {
+    fprintf(stderr, "bench_poetx_run: %s\n", e.msg);
+    return 1;
+  }
+  double *tps = calloc((size_t)steps, sizeof *tps), loss = NAN;
+  int n = 0;
+  for (int i = 0; i < steps; i++) {
+    eng_metrics m;
+    if (eng_step(r, &m, &e)) {
+      fprintf(stderr, "bench_poetx_run: %s\n", e.msg);
+      return 1;
+    }
+    if (i >= 2) tps[n++] = m.tokens_per_s;
+    loss = m.loss;
+  }
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  printf("params %zu\ntrain_state %zu\nhost %zu\npeak_rss %lld\ntok_s %.1f\nloss %.6f\ntokens %lld\n",
+         eng_param_count(r), eng_train_state_bytes(r), host, (long long)ru.ru_maxrss * 1024, bench_median(tps, n), loss,
+         (long long)steps * s.batch * s.seq_len);
+  free(tps);
+  eng_close(r);
+  return 0;
+}
+
+static size_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[256];
+  size_t kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb * 1024;
+}
+
+static int largest(int argc, char **argv) {
+  if (argc != 5) return 2;
+  // name, hidden, layers, ffn, heads, kv heads (head_dim 128, vocab 151936, untied above 4B)
+  static const struct {
+    const char *name;
+    int d, L, ff, H, KV, tie;
+  } q3[] = {{"Qwen3-0.6B", 1024, 28, 3072, 16, 8, 1}, {"Qwen3-1.7B", 2048, 28, 6144, 16, 8, 1},
+            {"Qwen3-4B", 2560, 36, 9728, 32, 8, 1},   {"Qwen3-8B", 4096, 36, 12288, 32, 8, 0},
+            {"Qwen3-14B", 5120, 40, 17408, 40, 8, 0}, {"Qwen3-32B", 5120, 64, 25600, 64, 8, 0}};
+  size_t avail = mem_available();
+  const char *methods[] = {"adamw8", "poetx"};
+  for (int k = 0; k < 2; k++) {
+    int best = -1;
+    for (size_t i = 0; i < sizeof q3 / sizeof q3[0]; i++) {
+      eng_spec s;
+      eng_spec_defaults(&s);
+      s.config = (eng_config){ENG_ARCH_QWEN3, 151936, q3[i].d, q3[i].L, q3[i].H, q3[i].KV, 128, q3[i].ff, 40960,
+                              1000000.0f, 1e-6f, 0.02f, q3[i].tie, 0, 1};
+      method_of(&s, methods[k], atoi(argv[2]));
+      s.batch = atoi(argv[3]);
+      s.seq_len = atoi(argv[4]);
+      s.device_cap = (size_t)8 << 30;
+      size_t host;
+      eng_err e = {0};
+      if (eng_spec_host_bytes(&s, &host, &e)) {
+        fprintf(stderr, "bench_poetx_run: %s %s: %s\n", methods[k], q3[i].name, e.msg);
+        return 1;
+      }
+      eng_layout lo; // parameters, for bytes per parameter
+      eng_layout_init(&lo, &s.config);
+      double params = (double)lo.total_numel;
+      printf("shape %s %s %.0f %zu %.2f\n", methods[k], q3[i].name, params, host, host / params);
+      if (host <= avail) best = (int)i;
+    }
+    printf("largest %s %s %zu\n", methods[k], best >= 0 ? q3[best].name : "none", avail);
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int rc = argc > 1 && !strcmp(argv[1], "train")     ? train(argc, argv)
+           : argc > 1 && !strcmp(argv[1], "largest") ? largest(argc, argv)
+                                                      : 2;
+  if (rc == 2)
+    fprintf(stderr, "usage: bench_poetx_run train METHOD BLOCK PRESET STEPS BATCH SEQ DATA\n"
+                    "       bench_poetx_run largest BLOCK BATCH SEQ\n");
+  return rc;
+}
