@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "check.h"
 #include "engine.h"
 
 static inline void tiny_spec(eng_spec *s, int layers) {
@@ -24,6 +25,25 @@ static inline void tiny_spec(eng_spec *s, int layers) {
   s->total_steps = 300;
   s->seed = 42;
   s->device_cap = (size_t)256 << 20;
+}
+
+// Trains steps [from, to) of spec s into loss[from..to): resumed from
+// `load` first when given (it must resume at `from`), saved through `save`
+// after every step i + 1 that save_when(i + 1) accepts (NULL: never).
+static inline void tiny_train(const eng_spec *s, double *loss, int from, int to, const eng_store *save,
+                              int (*save_when)(int step), const eng_store *load) {
+  eng_err e = {0};
+  eng_run *r;
+  CHECK_OK(eng_open(s, &r, &e), &e);
+  if (load) CHECK_OK(eng_load(r, load, &e), &e);
+  CHECK(eng_steps_done(r) == from, "resumed at step %lld, expected %d", (long long)eng_steps_done(r), from);
+  for (int i = from; i < to; i++) {
+    eng_metrics m;
+    CHECK_OK(eng_step(r, &m, &e), &e);
+    loss[i] = m.loss;
+    if (save && save_when && save_when(i + 1)) CHECK_OK(eng_save(r, save, &e), &e);
+  }
+  eng_close(r);
 }
 
 #endif

@@ -18,6 +18,21 @@
 
 static double worst;
 
+// The reference's θ and permutations into run r; how many tensors.
+static int poet_set(eng_run *r, const eng_st_file *poet) {
+  eng_err e = {0};
+  int n = 0;
+  for (int i = 0; i < poet->n_tensors; i++) {
+    const eng_st_tensor *t = &poet->tensors[i];
+    if (strncmp(t->name, "model.layers.", 13)) continue;
+    void *v = t->dtype == ENG_ST_I32 ? (void *)fx_i32(poet, t->name, NULL) : (void *)fx_f32(poet, t->name, NULL);
+    CHECK_OK(eng_debug_poet_set(r, t->name, v, t->numel, &e), &e);
+    free(v);
+    n++;
+  }
+  return n;
+}
+
 static void check_model(const char *model) {
   char path[1200];
   eng_err e = {0};
@@ -44,16 +59,7 @@ static void check_model(const char *model) {
   eng_run *r;
   CHECK_OK(eng_open(&s, &r, &e), &e);
 
-  // The reference's θ and permutations.
-  int n_set = 0;
-  for (int i = 0; i < poet.n_tensors; i++) {
-    const eng_st_tensor *t = &poet.tensors[i];
-    if (strncmp(t->name, "model.layers.", 13)) continue;
-    void *v = t->dtype == ENG_ST_I32 ? (void *)fx_i32(&poet, t->name, NULL) : (void *)fx_f32(&poet, t->name, NULL);
-    CHECK_OK(eng_debug_poet_set(r, t->name, v, t->numel, &e), &e);
-    free(v);
-    n_set++;
-  }
+  int n_set = poet_set(r, &poet);
   CHECK(n_set == eng_run_config(r)->n_layers * 7 * 4, "%s: %d POET-X tensors in the fixture", model, n_set);
 
   double loss;
@@ -90,13 +96,7 @@ static void check_model(const char *model) {
   s.weight_decay = 0.1f;
   s.clip = 0.5f;
   CHECK_OK(eng_open(&s, &r, &e), &e);
-  for (int i = 0; i < poet.n_tensors; i++) {
-    const eng_st_tensor *t = &poet.tensors[i];
-    if (strncmp(t->name, "model.layers.", 13)) continue;
-    void *v = t->dtype == ENG_ST_I32 ? (void *)fx_i32(&poet, t->name, NULL) : (void *)fx_f32(&poet, t->name, NULL);
-    CHECK_OK(eng_debug_poet_set(r, t->name, v, t->numel, &e), &e);
-    free(v);
-  }
+  poet_set(r, &poet);
   size_t n_traj;
   float *traj = fx_f32(&poet, "traj.losses", &n_traj);
   double tworst = 0;

@@ -14,19 +14,12 @@
 // (the suite also runs under the sanitizers).
 enum { STEPS = 50, SAVE_AT = 20, MODE_STEPS = 16, MODE_SAVE_AT = 6 };
 
+static int save_step_now; // the step train() saves after
+static int is_save_step(int step) { return step == save_step_now; }
+
 static void train(eng_spec *s, double *loss, int from, int to, int save_step, eng_store *save_at, eng_store *load) {
-  eng_err e = {0};
-  eng_run *r;
-  CHECK_OK(eng_open(s, &r, &e), &e);
-  if (load) CHECK_OK(eng_load(r, load, &e), &e);
-  CHECK(eng_steps_done(r) == from, "resumed at step %lld, expected %d", (long long)eng_steps_done(r), from);
-  for (int i = from; i < to; i++) {
-    eng_metrics m;
-    CHECK_OK(eng_step(r, &m, &e), &e);
-    loss[i] = m.loss;
-    if (save_at && i + 1 == save_step) CHECK_OK(eng_save(r, save_at, &e), &e);
-  }
-  eng_close(r);
+  save_step_now = save_step;
+  tiny_train(s, loss, from, to, save_at, is_save_step, load);
 }
 
 // One optimizer mode: two runs of `steps` from the same seed, then a resume

@@ -15,20 +15,13 @@ enum { STEPS = 12, SAVE_AT = 6, KEEP = 2 };
 
 static eng_err e;
 
+// Saves every 2 steps up to SAVE_AT.
+static int every_2(int step) { return step % 2 == 0 && step <= SAVE_AT; }
+
 // Trains steps [from, to) recording losses; saves every 2 steps through
 // `save` when given; resumes from `load` when given.
 static void train(const eng_spec *s, double *loss, int from, int to, const eng_store *save, const eng_store *load) {
-  eng_run *r;
-  CHECK_OK(eng_open(s, &r, &e), &e);
-  if (load) CHECK_OK(eng_load(r, load, &e), &e);
-  CHECK(eng_steps_done(r) == from, "resumed at step %lld, expected %d", (long long)eng_steps_done(r), from);
-  for (int i = from; i < to; i++) {
-    eng_metrics m;
-    CHECK_OK(eng_step(r, &m, &e), &e);
-    loss[i] = m.loss;
-    if (save && (i + 1) % 2 == 0 && i + 1 <= SAVE_AT) CHECK_OK(eng_save(r, save, &e), &e);
-  }
-  eng_close(r);
+  tiny_train(s, loss, from, to, save, every_2, load);
 }
 
 static void check_same_weights(eng_run *a, eng_run *b, const char *what) {
