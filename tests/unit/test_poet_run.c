@@ -3,11 +3,11 @@
 //   - from scratch every projection's W0 has rows of unit norm;
 //   - two runs from one seed give the same losses to the bit, so does a run
 //     in the memory mode (each chain's product recomputed), and runs
-//     resumed from a checkpoint before a merge (step 15, merges every 10)
-//     and right at one (step 20: its update and merge are pending when it is
+//     resumed from a checkpoint before a merge (step 9, merges every 6) and
+//     right at one (step 12: its update and merge are pending when it is
 //     saved) continue to the bit across the merges that follow;
 //   - the loss falls;
-//   - the spectrum: after 100 updates with a merge every 20, the singular
+//   - the spectrum: after 60 updates with a merge every 12, the singular
 //     values of every exported (effective) projection equal those of the
 //     first export within the bound the orthogonality errors give: each
 //     rotation's singular values lie in [sqrt(1 - e), sqrt(1 + e)] for
@@ -25,7 +25,8 @@
 #include "route.h"
 #include "tiny.h"
 
-enum { B = 16, RESUME_STEPS = 30, SPECTRUM_STEPS = 101 };
+// Short enough for the sanitizer build, which runs this test too.
+enum { B = 16, RESUME_STEPS = 20, MERGE_EVERY = 6, SPECTRUM_STEPS = 61, SPECTRUM_MERGE = 12 };
 
 static const char *const proj[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
@@ -58,9 +59,9 @@ static void rmdir_r(const char *dir) {
 
 static void check_resume(void) {
   eng_spec s;
-  poet_spec(&s, 10);
+  poet_spec(&s, MERGE_EVERY);
   double a[RESUME_STEPS], b[RESUME_STEPS], c[RESUME_STEPS];
-  const int saves[] = {15, 20};
+  const int saves[] = {9, 12}; // before a merge, and with one pending
   for (int k = 0; k < 2; k++) {
     char dir[] = "/tmp/traind-poet-XXXXXX";
     CHECK(mkdtemp(dir), "mkdtemp");
@@ -75,13 +76,13 @@ static void check_resume(void) {
       sm.poet_memory = 1;
       train(&sm, b, 0, RESUME_STEPS, 0, NULL, NULL);
       CHECK(!memcmp(a, b, sizeof a), "the memory mode's losses differ from the fast mode's");
-      CHECK(a[RESUME_STEPS - 1] < a[0] - 0.5, "the loss fell only from %.4f to %.4f", a[0], a[RESUME_STEPS - 1]);
+      CHECK(a[RESUME_STEPS - 1] < a[0] - 0.3, "the loss fell only from %.4f to %.4f", a[0], a[RESUME_STEPS - 1]);
     }
     train(&s, c, saves[k], RESUME_STEPS, 0, NULL, &st);
     for (int i = saves[k]; i < RESUME_STEPS; i++)
       CHECK(c[i] == a[i], "resumed at %d: step %d: %.17g vs %.17g", saves[k], i + 1, c[i], a[i]);
-    printf("resumed at step %d (merges every 10): steps %d..%d bit-identical (loss %.4f -> %.4f)\n", saves[k],
-           saves[k] + 1, RESUME_STEPS, a[0], a[RESUME_STEPS - 1]);
+    printf("resumed at step %d (merges every %d): steps %d..%d bit-identical (loss %.4f -> %.4f)\n", saves[k],
+           MERGE_EVERY, saves[k] + 1, RESUME_STEPS, a[0], a[RESUME_STEPS - 1]);
     st.close(st.ctx);
     rmdir_r(dir);
   }
@@ -111,7 +112,7 @@ static int svd_of(const char *dir, const char *name, double *sv) {
 
 static void check_spectrum(void) {
   eng_spec s;
-  poet_spec(&s, 20);
+  poet_spec(&s, SPECTRUM_MERGE);
   eng_err e = {0};
   eng_run *r;
   CHECK_OK(eng_open(&s, &r, &e), &e);
@@ -135,17 +136,17 @@ static void check_spectrum(void) {
     CHECK_OK(eng_step(r, &m, &e), &e);
     if (i == 0) first = m.loss;
     last = m.loss;
-    if (m.poet_merges > seen) { // the merge after update 20·k applied during this step
-      CHECK(m.poet_merges == seen + 1 && m.step == 20 * m.poet_merges + 1, "merge %lld reported at step %lld",
+    if (m.poet_merges > seen) { // the merge after update SPECTRUM_MERGE·k applied during this step
+      CHECK(m.poet_merges == seen + 1 && m.step == SPECTRUM_MERGE * m.poet_merges + 1, "merge %lld reported at step %lld",
             (long long)m.poet_merges, (long long)m.step);
       seen = m.poet_merges;
       up *= 1 + m.poet_orth_err;
       down *= 1 - m.poet_orth_err;
-      printf("merge %lld (after update %lld): orthogonality error %.3e\n", (long long)seen, (long long)seen * 20,
+      printf("merge %lld (after update %lld): orthogonality error %.3e\n", (long long)seen, (long long)seen * SPECTRUM_MERGE,
              m.poet_orth_err);
     }
   }
-  CHECK(seen == 5, "%lld merges in %d steps, every 20", (long long)seen, SPECTRUM_STEPS);
+  CHECK(seen == 5, "%lld merges in %d steps, every %d", (long long)seen, SPECTRUM_STEPS, SPECTRUM_MERGE);
   // The rotations in force at the end (the updates since the last merge).
   float *th = malloc(sizeof(float) * 64 * 8 * eng_poet_tri(B)), *rot = malloc(sizeof(float) * 256 * B);
   float cw[2 * B * B];
