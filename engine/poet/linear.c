@@ -2,16 +2,24 @@
 // and backward of the chain, the effective weight and the merge's rebasing
 // (poet.h).
 #include <string.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu/gemm.h"
 #include "poet/poet.h"
 
+// Blocks go to the threads whole: a block's product is small, and a team per
+// product (the nested ones run on one thread) would mostly wait. The bits do
+// not depend on it (gemm.h: a row's result depends on its inputs alone).
 void eng_poet_rotate(int T, int dim, int b, const float *x, int ldx, const float *R, int trans, float *y, int ldy) {
+#pragma omp parallel for schedule(static)
   for (int k = 0; k < dim / b; k++)
     eng_k_sgemm(0, trans, T, b, b, x + (size_t)k * b, ldx, R + (size_t)k * b * b, b, 0.0f, y + (size_t)k * b, ldy);
 }
 
 void eng_poet_rotate_dR(int T, int dim, int b, const float *x, int ldx, const float *dy, int ldy, float *dR) {
+#pragma omp parallel for schedule(static)
   for (int k = 0; k < dim / b; k++)
     eng_k_sgemm(1, 0, b, b, T, x + (size_t)k * b, ldx, dy + (size_t)k * b, ldy, 1.0f, dR + (size_t)k * b * b, b);
 }
@@ -19,9 +27,19 @@ void eng_poet_rotate_dR(int T, int dim, int b, const float *x, int ldx, const fl
 void eng_poet_gather(int T, int dim, const int32_t *perm, const float *x, int ldx, float *y, int ldy) {
 #pragma omp parallel for schedule(static) if ((size_t)T * dim > 65536)
   for (int t = 0; t < T; t++) {
-    const float *xr = x + (size_t)t * ldx;
-    float *yr = y + (size_t)t * ldy;
-    for (int j = 0; j < dim; j++) yr[j] = xr[perm[j]];
+    const float *restrict xr = x + (size_t)t * ldx; // y never overlaps x: the gather vectorises
+    float *restrict yr = y + (size_t)t * ldy;
+    const int32_t *restrict p = perm;
+    int j = 0;
+    // Gathers are moves: the same bits on every path.
+#if defined(__AVX512F__)
+    for (; j + 16 <= dim; j += 16)
+      _mm512_storeu_ps(yr + j, _mm512_i32gather_ps(_mm512_loadu_si512((const void *)(p + j)), xr, 4));
+#elif defined(__AVX2__)
+    for (; j + 8 <= dim; j += 8)
+      _mm256_storeu_ps(yr + j, _mm256_i32gather_ps(xr, _mm256_loadu_si256((const __m256i *)(p + j)), 4));
+#endif
+    for (; j < dim; j++) yr[j] = xr[p[j]];
   }
 }
 
