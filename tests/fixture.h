@@ -63,6 +63,11 @@ static inline int32_t *fx_i32(const eng_st_file *f, const char *name, size_t *nu
   return p;
 }
 
+// The models of the POET-X fixtures (tests/fixtures/poet_layers: their
+// transformers fixtures under POET-X; tests/ref/gen_poet_fixtures.py's MODELS).
+static const char *const fx_poet_models[] = {"llama_tied", "qwen2", "qwen3"};
+enum { FX_POET_MODELS = sizeof fx_poet_models / sizeof fx_poet_models[0] };
+
 // max|a - ref| / max|ref|, in double.
 static inline double fx_rel(const float *a, const float *ref, size_t n) {
   double md = 0, mr = 0;

@@ -236,6 +236,16 @@ static int on_progress(void *ctx, const eng_metrics *m) {
   return 0;
 }
 
+// The index of arg among a flag's n names; -1 (said on stderr) when it is none.
+static int pick(const char *flag, const char *arg, const char *const *names, int n) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(arg, names[i])) return i;
+  fprintf(stderr, "traind-train: --%s must be one of", flag);
+  for (int i = 0; i < n; i++) fprintf(stderr, " %s", names[i]);
+  fprintf(stderr, " (got \"%s\")\n", arg);
+  return -1;
+}
+
 static void on_note(void *ctx, const char *line) {
   (void)ctx;
   fprintf(stderr, "traind-train: note: %s\n", line);
@@ -321,22 +331,20 @@ int main(int argc, char **argv) {
     case O_EXPORT: export_dir = optarg; break;
     case O_QUIET: o.quiet = 1; break;
     case O_KEEP: s.keep_acts = 1, g.uniform = 1; break;
-    case O_OPTIM:
-      if (!strcmp(optarg, "adamw8")) s.optimizer = ENG_OPT_ADAMW8;
-      else if (!strcmp(optarg, "adamw")) s.optimizer = ENG_OPT_ADAMW;
-      else {
-        fprintf(stderr, "traind-train: --optim must be adamw8 or adamw (got \"%s\")\n", optarg);
-        return 2;
-      }
+    case O_OPTIM: { // names in eng_optimizer order
+      static const char *const names[] = {"adamw", "adamw8"};
+      int k = pick("optim", optarg, names, 2);
+      if (k < 0) return 2;
+      s.optimizer = (eng_optimizer)k;
       break;
-    case O_METHOD:
-      if (!strcmp(optarg, "full")) s.method = ENG_METHOD_FULL;
-      else if (!strcmp(optarg, "poetx")) s.method = ENG_METHOD_POETX;
-      else {
-        fprintf(stderr, "traind-train: --method must be full or poetx (got \"%s\")\n", optarg);
-        return 2;
-      }
+    }
+    case O_METHOD: { // names in eng_method order
+      static const char *const names[] = {"full", "poetx"};
+      int k = pick("method", optarg, names, 2);
+      if (k < 0) return 2;
+      s.method = (eng_method)k;
       break;
+    }
     case O_POET_BLOCK: s.poet_block = atoi(optarg); break;
     case O_POET_MERGE: s.poet_merge_every = atoi(optarg); break;
     case O_POET_LR: s.poet_lr = strtof(optarg, NULL); break;

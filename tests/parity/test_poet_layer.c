@@ -141,8 +141,7 @@ static void check_model(const char *model) {
 
 int main(void) {
   test_route_announce();
-  const char *models[] = {"llama_tied", "qwen2", "qwen3"};
-  for (int i = 0; i < 3; i++) check_model(models[i]);
+  for (int i = 0; i < FX_POET_MODELS; i++) check_model(fx_poet_models[i]);
   printf("largest relative difference %.2e\nok\n", worst);
   return 0;
 }
