@@ -79,9 +79,10 @@ static int profile_for(planning *p, const eng_spec *s, eng_profile *out, eng_err
   } else {
     const eng_config *c = &s->config;
     char path[4400];
-    snprintf(path, sizeof path, "%s/profiles/cpu-%s-v%d-d%d-l%d-h%d-kv%d-hd%d-ff%d-b%d-t%d-cap%zu.json", p->state_dir,
-             eng_arch_name(c->arch), c->vocab, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-             c->d_ff, s->batch, s->seq_len, s->device_cap);
+    eng_spec_profile_method(s, out); // calibrating measures the method's rotations
+    snprintf(path, sizeof path, "%s/profiles/cpu-%s-v%d-d%d-l%d-h%d-kv%d-hd%d-ff%d-b%d-t%d-cap%zu-poet%d.json",
+             p->state_dir, eng_arch_name(c->arch), c->vocab, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads,
+             c->head_dim, c->d_ff, s->batch, s->seq_len, s->device_cap, out->poet_block);
     if (access(path, R_OK) == 0) {
       rc = eng_profile_load(path, out, e);
     } else {
@@ -123,6 +124,7 @@ int planning_make(planning *p, const eng_spec *s, eng_plan *out, int *max_batch,
   int rc = profile_for(p, s, &prof, e);
   uv_mutex_unlock(&p->mu);
   if (rc) return rc;
+  eng_spec_profile_method(s, &prof);
   eng_plan_opts o;
   eng_plan_opts_defaults(&o);
   if (max_batch) {

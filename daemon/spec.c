@@ -175,10 +175,6 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
     g->device_gpu = dv->gpu;
   }
 
-  if (dv && dv->plan && g->method == ENG_METHOD_POETX)
-    return fail(e, GRPC_STATUS_FAILED_PRECONDITION, "spec.device.plan",
-                "the planner does not model POET-X layers yet; a poetx job takes the uniform policy "
-                "(recompute_every, boundaries)");
   // A planned job's policy is the planner's, which refuses what cannot fit
   // (naming the budget) when the job is planned.
   p->use_planner = dv && dv->plan;

@@ -103,7 +103,6 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
       return eng_err_set(e, ENG_ENOTSUP, "spec: method poetx runs on the cpu backend only in this build (its "
                          "CUDA kernels are not written yet); device_gpu must be -1");
     if (s->clip_lagged) BAD("clip_lagged is not available with method poetx (its clipping ramps after each merge)");
-    if (s->plan) BAD("a plan cannot run method poetx yet: the planner's cost model does not know POET-X layers");
   }
   return 0;
 #undef BAD
@@ -196,6 +195,12 @@ int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
   int rc = spec_sizes(spec, &cfg, &t, e);
   if (!rc) *bytes = t.device;
   return rc;
+}
+
+void eng_spec_profile_method(const eng_spec *s, eng_profile *p) {
+  p->poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0;
+  p->poet_fast = p->poet_block && !s->poet_memory;
+  p->poet_merge_every = p->poet_block ? s->poet_merge_every : 0;
 }
 
 int eng_spec_host_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {

@@ -15,6 +15,7 @@
 #include "common/fs_open.h"
 #include "model/config.h"
 #include "plan/plan.h"
+#include "plan/profile.h"
 #include "store.h"
 
 // ADAMW8 (the default): block-wise 8-bit moments (optim/adamw8.h) for every
@@ -168,6 +169,11 @@ void eng_spec_defaults(eng_spec *s);
 // Device-arena bytes the spec needs (model config read from model_dir when
 // set), without allocating anything or touching a GPU.
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e);
+// The spec's training method (method, poet_block, poet_memory,
+// poet_merge_every) into the profile a plan for it is made on
+// (plan/profile.h), so the planner costs the layers the run computes.
+void eng_spec_profile_method(const eng_spec *s, eng_profile *p);
+
 // Host-memory bytes a run of the spec holds, likewise without allocating:
 // the model state (fp32 master, gradient store, optimizer moments, a GPU's
 // bf16 working copy), the boundary checkpoints its policy keeps in host

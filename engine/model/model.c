@@ -212,26 +212,34 @@ void eng_model_init_random(eng_model *m, uint64_t seed) {
     }
 }
 
-size_t eng_model_state_bytes(const eng_config *c, const eng_model_opts *o) {
+int eng_model_state_parts(const eng_config *c, const eng_model_opts *o, eng_model_bytes *b) {
   eng_layout lo;
   eng_layout_init(&lo, c);
-  size_t n = 0;
+  memset(b, 0, sizeof *b);
   for (int s = 0; s < lo.n_shards; s++) {
     size_t numel = eng_layout_shard_numel(&lo, s), g_off[ENG_SHARD_MAX_TENSORS];
     eng_tensor ts[ENG_SHARD_MAX_TENSORS];
     int nt = shard_tensors(&lo, s, ts);
     size_t g_numel = shard_g_layout(&lo, s, ts, nt, o, g_off);
-    n += numel * (sizeof(float) + (o->work_bf16 ? 2 : 0)) + g_numel * (shard_g_bf16(s, o) ? 2 : 4);
+    b->master += numel * sizeof(float);
+    b->work += o->work_bf16 ? numel * sizeof(uint16_t) : 0;
+    b->grad += g_numel * (shard_g_bf16(s, o) ? 2 : 4);
     for (int i = 0; i < nt; i++) {
       eng_adamw8_opts ao = tensor_opt_opts(&lo, s, &ts[i], o);
-      if (!tensor_frozen(&lo, s, &ts[i], o)) n += eng_adamw8_state_bytes(ts[i].numel, &ao);
+      if (!tensor_frozen(&lo, s, &ts[i], o)) b->opt += eng_adamw8_state_bytes(ts[i].numel, &ao);
     }
   }
   if (o->poet_block) {
     eng_poet_model pm;
     eng_err ignored;
-    if (eng_poet_model_shape(&pm, &lo, o->poet_block, &ignored)) return 0;
-    n += eng_poet_model_bytes(&pm);
+    if (eng_poet_model_shape(&pm, &lo, o->poet_block, &ignored)) return -1;
+    b->poet = eng_poet_model_bytes(&pm);
   }
-  return n;
+  return 0;
+}
+
+size_t eng_model_state_bytes(const eng_config *c, const eng_model_opts *o) {
+  eng_model_bytes b;
+  if (eng_model_state_parts(c, o, &b)) return 0;
+  return b.master + b.work + b.grad + b.opt + b.poet;
 }

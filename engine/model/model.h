@@ -75,6 +75,18 @@ void eng_model_work_refresh(eng_model *m);
 // Pointer to tensor t of shard s inside the fp32 master weights.
 float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t);
 
+// Host bytes of the model state of config c with options o, by part, as
+// eng_model_alloc would take them (computed without allocating): -1 when
+// the options do not fit the config (eng_model_alloc says why).
+typedef struct eng_model_bytes {
+  size_t master; // fp32 master weights (POET-X's frozen W0 among them)
+  size_t grad;   // gradient store (none for frozen tensors)
+  size_t opt;    // optimizer moments (none for frozen tensors)
+  size_t work;   // bf16 working copy (eng_model_opts.work_bf16)
+  size_t poet;   // POET-X: θ, its moments and gradients, permutations, merge work
+} eng_model_bytes;
+int eng_model_state_parts(const eng_config *c, const eng_model_opts *o, eng_model_bytes *b);
+
 // Bytes of host memory the model state of config c takes with options o
 // (weights, gradient store, optimizer moments, working copy, POET-X's
 // state), computed without allocating: what eng_model_alloc would take. 0

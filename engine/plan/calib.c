@@ -10,6 +10,8 @@
 #include "kernels/kernels.h"
 #include "optim/adamw.h"
 #include "plan/profile.h"
+#include "poet/poet.h"
+#include "poet/state.h"
 
 
 // Runs fn until `secs` have passed (at least twice: the first run warms the
@@ -100,6 +102,41 @@ static void opt_run(void *c) {
   eng_adamw_update(o->w, o->g, o->m, o->v, o->n, 1e-4f, 0.1f, 0.9f, 0.95f, 1e-8f, 1.0f, 2);
 }
 
+// One side of a POET-X weight: the gather by its permutation, then the
+// block rotation (poet/poet.h), over n rows of dim values.
+typedef struct rot {
+  float *x, *u, *y, *R;
+  int32_t *perm;
+  int n, dim, b;
+} rot;
+
+static void rot_run(void *c) {
+  rot *r = c;
+  eng_poet_gather(r->n, r->dim, r->perm, r->x, r->dim, r->u, r->dim);
+  eng_poet_rotate(r->n, r->dim, r->b, r->u, r->dim, r->R, 0, r->y, r->dim);
+}
+
+// POET-X's rotation rate at block size b over n rows of the widest
+// multiple of b up to dim values; 0 when b is 0 or wider than dim, or the
+// buffers cannot be had.
+static double rot_rate(int n, int dim, int b, double secs) {
+  if (b <= 0 || dim < b) return 0;
+  dim -= dim % b;
+  size_t nd = (size_t)n * dim;
+  rot r = {malloc(nd * 4), malloc(nd * 4), malloc(nd * 4), malloc((size_t)dim * b * 4),
+           malloc((size_t)dim * sizeof(int32_t)), n, dim, b};
+  double flops = 0;
+  if (r.x && r.u && r.y && r.R && r.perm) {
+    for (int i = 0; i < dim; i++) r.perm[i] = (int32_t)(((size_t)i * 7919) % (size_t)dim); // scattered
+    if (!eng_poet_is_perm(r.perm, (size_t)dim))
+      for (int i = 0; i < dim; i++) r.perm[i] = dim - 1 - i;
+    fill(r.x, nd, 12), fill(r.R, (size_t)dim * b, 13);
+    flops = 2.0 * n * dim * b / time_op(rot_run, &r, secs);
+  }
+  free(r.x), free(r.u), free(r.y), free(r.R), free(r.perm);
+  return flops;
+}
+
 // Largest rows/dims measured: the rate of a GEMM or a pass over memory
 // settles well below these, and calibration must fit in memory and in time.
 enum { MAX_ROWS = 2048, MAX_DIM = 4096, MAX_HEADS = 8 };
@@ -114,9 +151,11 @@ int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_
   // The spill tier is storage's to measure and stays as p had it; every
   // other field this does not measure (the optional caps) starts at zero.
   const double nr = p->nvme_read, nw = p->nvme_write, nb = p->nvme_bytes;
+  const int pb = p->poet_block, pf = p->poet_fast, pm = p->poet_merge_every;
   memset(p, 0, sizeof *p);
   p->nvme_read = nr, p->nvme_write = nw, p->nvme_bytes = nb;
-  // Nine slices of measuring plus a warm-up run of each: within the budget.
+  p->poet_block = pb, p->poet_fast = pf, p->poet_merge_every = pm;
+  // Ten slices of measuring plus a warm-up run of each: within the budget.
   const double slice = max_seconds / 12.0;
   int n1 = mb * T < MAX_ROWS ? mb * T : MAX_ROWS, n2 = n1 / 4 > 16 ? n1 / 4 : 16;
   int in = c->d_model < MAX_DIM ? c->d_model : MAX_DIM, out = c->d_ff < MAX_DIM ? c->d_ff : MAX_DIM;
@@ -169,6 +208,7 @@ int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_
   p->gemm_half_rows = half;
   p->gemm_flops = r1 * (n1 + half) / n1;
   p->gemm_bwd_flops = rb * (n1 + half) / n1;
+  p->poet_flops = rot_rate(n1, in, pb, slice);
 
   a.B = 1, a.T = Ta, a.H = H, a.KV = KV, a.hd = hd;
   double aflops = 2.0 * H * (double)Ta * Ta * hd; // causal, as the cost model counts it

@@ -6,7 +6,8 @@
 #include "exec/exec.h"
 #include "kernels/kernels.h"
 #include "model/layout.h"
-#include "optim/adamw8.h"
+#include "model/model.h"
+#include "poet/state.h"
 
 // A GEMM of `rows` rows at the profile's rate, less efficient when short.
 static double gemm_rate(const eng_profile *p, double rows, int bwd) {
@@ -39,29 +40,52 @@ static layer_work layer_fwd_work(const eng_config *c, const eng_layout *lo, doub
   return w;
 }
 
-// Host bytes of the training state (DESIGN §2): fp32 master, moments,
-// gradient store (the embedding's in fp32), pinned working copy.
-typedef struct state_acc {
-  double opt;
-  int opt_8bit;
-} state_acc;
-
-static int add_opt_bytes(void *ctx, int shard, const eng_tensor *t) {
-  (void)shard;
-  state_acc *a = ctx;
-  a->opt += a->opt_8bit ? (double)eng_adamw8_state_bytes(t->numel, NULL) : 8.0 * (double)t->numel;
+// Host bytes of the training state (DESIGN §2), part by part as the engine
+// allocates it (model/model.h): fp32 master, moments, gradient store (the
+// embedding's in fp32), pinned working copy, POET-X's state.
+static int host_state_bytes(const eng_config *c, const eng_profile *p, eng_plan_cost *k, eng_err *e) {
+  eng_model_opts mo = {.grad_bf16 = p->grad_store_bytes == 2, .opt_fp32 = !p->opt_8bit,
+                       .work_bf16 = p->pinned_copy, .poet_block = p->poet_block};
+  eng_model_bytes b;
+  if (eng_model_state_parts(c, &mo, &b)) return eng_err_set(e, ENG_EINVAL, "plan: the model state does not fit");
+  k->host_master = (double)b.master;
+  k->host_opt = (double)b.opt;
+  k->host_grad = (double)b.grad;
+  k->host_pinned = (double)b.work;
+  k->host_poet = (double)b.poet;
+  k->host_state = k->host_master + k->host_opt + k->host_grad + k->host_pinned + k->host_poet;
   return 0;
 }
 
-static void host_state_bytes(const eng_layout *lo, const eng_profile *p, eng_plan_cost *k) {
-  state_acc a = {0, p->opt_8bit};
-  eng_layout_visit(lo, add_opt_bytes, &a);
-  double n = (double)lo->total_numel, emb = (double)lo->embed.numel;
-  k->host_master = 4.0 * n;
-  k->host_opt = a.opt;
-  k->host_grad = p->grad_store_bytes * n + (4.0 - p->grad_store_bytes) * emb;
-  k->host_pinned = p->pinned_copy ? p->weight_bytes * n : 0.0;
-  k->host_state = k->host_master + k->host_opt + k->host_grad + k->host_pinned;
+// POET-X's work in one layer beyond the plain layer's (poet/poet.h), for n
+// tokens. Each weight [m, n] rotates its input and its output by blocks of b
+// in the forward, 2·n·b·(in + out) FLOPs, with a permutation's gather
+// beside each (the profile's poet_flops is the rate of the two together). Its backward recomputes the input
+// rotation, rotates the gradient back through both sides and forms both
+// sides' dL/dR (2·n·b·(3·in + 2·out)), recomputes the inner product
+// z = v·W0ᵀ in memory mode (2·n·in·out), and has no dW0 product. Once per
+// step the rotations come from θ: three b×b products per block (Cayley),
+// and its backward about four times that.
+typedef struct poet_work {
+  double fwd, bwd;       // FLOPs of the block rotations (at the profile's poet_flops)
+  double z_bwd;          // FLOPs of memory mode's recomputed z (a plain product)
+  double cayley, cayley_bwd; // FLOPs of the b×b products (rows: b)
+  double merge;          // FLOPs of one merge of the layer (its effective weights)
+} poet_work;
+
+static poet_work poet_layer_work(const eng_poet_model *pm, double n, int fast) {
+  poet_work w = {0};
+  const double b = pm->b;
+  for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
+    const double in = pm->dim[k][0], out = pm->dim[k][1];
+    w.fwd += 2.0 * n * b * (in + out);
+    w.bwd += 2.0 * n * b * (3.0 * in + 2.0 * out);
+    w.z_bwd += fast ? 0.0 : 2.0 * n * in * out;
+    w.cayley += (in + out) / b * 6.0 * b * b * b;
+    w.merge += 2.0 * 2.0 * in * out * b; // the weight's rows and columns rotated
+  }
+  w.cayley_bwd = 4.0 * w.cayley;
+  return w;
 }
 
 // Optimizer time of forward entry e (0..L-1 the layers, L the head stage).
@@ -144,12 +168,30 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
   k->t_fwd = w.gemm / gemm_rate(p, mbrows, 0) + w.attn / p->attn_flops + w.elem / p->elem_bytes_per_s;
   k->t_bwd = 2.0 * w.gemm / gemm_rate(p, mbrows, 1) + ATTN_BWD_FLOP_RATIO * w.attn / attn_bwd +
              2.0 * w.elem / p->elem_bytes_per_s;
+  k->t_opt_layer = (double)lo.layer_numel / p->opt_params_per_s;
+  if (p->poet_block) {
+    // POET-X: W0 streams in as before and θ with it; what comes back and
+    // what the optimizer updates are the norms' gradients and θ's.
+    eng_poet_model pm;
+    if ((rc = eng_poet_model_shape(&pm, &lo, p->poet_block, e))) return eng_err_prefix(e, "plan: ");
+    poet_work pw = poet_layer_work(&pm, B * T, p->poet_fast);
+    double norms = (double)lo.layer_numel, b = pm.b;
+    for (int i = 0; i < ENG_POET_WEIGHTS; i++) norms -= (double)lo.layer_proto[eng_poet_param[i]].numel;
+    for (int i = 0; i < ENG_POET_WEIGHTS; i++)
+      if (eng_poet_bias[i] != ENG_P_LAYER_COUNT) norms -= (double)lo.layer_proto[eng_poet_bias[i]].numel;
+    double rot = p->poet_flops > 0 ? p->poet_flops : gemm_rate(p, mbrows, 0);
+    k->t_fwd += pw.fwd / rot + pw.cayley / gemm_rate(p, b, 0);
+    k->t_bwd += pw.bwd / rot + (pw.z_bwd - w.gemm) / gemm_rate(p, mbrows, 1) + pw.cayley_bwd / gemm_rate(p, b, 1);
+    k->w_layer += 4.0 * (double)(pm.n_theta + pm.n_perm);
+    k->g_layer = norms * p->grad_bytes + 4.0 * (double)pm.n_theta;
+    k->t_opt_layer = (norms + (double)pm.n_theta) / p->opt_params_per_s;
+    if (p->poet_merge_every > 0) k->t_opt_layer += pw.merge / gemm_rate(p, b, 0) / p->poet_merge_every;
+  }
   k->t_refwd = k->t_fwd;
   // Head: logits, dh and dW (2 + 2 + 2 FLOPs per token per element of the
   // matrix); the chunk's logits are written, read and overwritten in fp32.
   k->t_head = 2.0 * B * T * V * d / gemm_rate(p, mbrows, 0) + 4.0 * B * T * V * d / gemm_rate(p, mbrows, 1) +
               3.0 * B * T * V * 4.0 / p->elem_bytes_per_s;
-  k->t_opt_layer = (double)lo.layer_numel / p->opt_params_per_s;
   k->t_opt_embed = (double)lo.embed.numel / p->opt_params_per_s;
   k->t_opt_head = (double)(lo.final_norm.numel + lo.lm_head.numel) / p->opt_params_per_s;
   k->opt_inline = p->opt_inline;
@@ -162,7 +204,8 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
   // profile's backend says what every plan needs, one kept layer and one
   // buffer of the boundary pool; a plan adds kept layers and pool buffers.
   eng_exec_policy ep = {.batch = batch, .seq_len = seq_len, .micro_batches = batch / micro_batch,
-                        .cuda = !strcmp(p->backend, "cuda"), .grad_bf16 = p->grad_bytes == 2};
+                        .cuda = !strcmp(p->backend, "cuda"), .grad_bf16 = p->grad_bytes == 2,
+                        .poet_block = p->poet_block, .poet_fast = p->poet_fast};
   eng_exec_arena ar;
   if ((rc = eng_exec_arena_of(c, &ep, &ar, e))) return eng_err_prefix(e, "plan: ");
   if ((double)ar.bnd_bytes != k->bnd)
@@ -171,7 +214,7 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
   k->dev_fixed = (double)ar.fixed;
   k->bnd_dev = (double)ar.bnd;
   k->inner = (double)ar.inner;
-  host_state_bytes(&lo, p, k);
+  if ((rc = host_state_bytes(c, p, k, e))) return rc;
 
   k->dev_budget = p->device_bytes - p->device_reserve;
   k->host_budget = p->host_bytes - p->host_reserve;

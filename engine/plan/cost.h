@@ -33,8 +33,9 @@ typedef struct eng_plan_cost {
                        // and two gradient slots, the two working boundaries, one micro-batch
                        // of workspace, the head's buffers, the backend's own)
   double host_state;   // host bytes of the training state: the sum of
-  double host_master, host_opt, host_grad, host_pinned; // fp32 master, optimizer
-                       // moments, gradient store, pinned working copy
+  double host_master, host_opt, host_grad, host_pinned, host_poet; // fp32 master,
+                       // optimizer moments, gradient store, pinned working copy,
+                       // POET-X's θ with its moments and gradients (model/model.h)
   double params;       // parameters of the model
 
   // Seconds.

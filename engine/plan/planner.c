@@ -36,10 +36,10 @@ static int refuse_fixed(const eng_plan_cost *k, eng_err *e) {
   if (k->cap_host < 0 && k->host_state > k->host_budget)
     return eng_err_set(e, ENG_ECAP,
                        "plan: host memory: the training state needs %.0f bytes (%.2f GiB: fp32 master %.2f, optimizer "
-                       "state %.2f, gradient store %.2f, pinned working copy %.2f), the budget is %.0f bytes: short by "
-                       "%.0f bytes (%.2f GiB)",
+                       "state %.2f, gradient store %.2f, pinned working copy %.2f, POET-X state %.2f), the budget is %.0f "
+                       "bytes: short by %.0f bytes (%.2f GiB)",
                        k->host_state, gib(k->host_state), gib(k->host_master), gib(k->host_opt), gib(k->host_grad),
-                       gib(k->host_pinned), k->host_budget, k->host_state - k->host_budget,
+                       gib(k->host_pinned), gib(k->host_poet), k->host_budget, k->host_state - k->host_budget,
                        gib(k->host_state - k->host_budget));
   if (k->cap_dev < 0 && k->dev_fixed > k->dev_budget)
     return eng_err_set(e, ENG_ECAP,

@@ -17,23 +17,26 @@ static const struct field {
   const char *key;
   size_t off;
   ftype type;
-  size_t len; // F_STR: buffer size
+  size_t len; // F_STR: buffer size; F_INT: the largest value
   int optional;
 } fields[] = {
 #define S(k) {#k, offsetof(eng_profile, k), F_STR, sizeof(((eng_profile *)0)->k), 0}
 #define D(k, o) {#k, offsetof(eng_profile, k), F_DBL, 0, o}
-#define I(k) {#k, offsetof(eng_profile, k), F_INT, 0, 0}
+#define I(k) {#k, offsetof(eng_profile, k), F_INT, 64, 0}
+#define IO(k, max) {#k, offsetof(eng_profile, k), F_INT, max, 1}
     S(name), S(backend),
     D(gemm_flops, 0), D(gemm_bwd_flops, 1), D(gemm_half_rows, 1), D(attn_flops, 0),
     D(attn_bwd_flops, 1), D(elem_bytes_per_s, 0),
     D(h2d, 0), D(d2h, 0), D(nvme_read, 0), D(nvme_write, 0),
     D(opt_params_per_s, 0), I(opt_inline),
     I(act_bytes), I(weight_bytes), I(grad_bytes), I(grad_store_bytes), I(pinned_copy), I(opt_8bit),
+    IO(poet_block, 65536), IO(poet_fast, 1), IO(poet_merge_every, 1 << 30), D(poet_flops, 1),
     D(device_bytes, 0), D(device_reserve, 0), D(host_bytes, 0), D(host_reserve, 0),
     D(nvme_bytes, 0), D(device_act_bytes, 1), D(host_act_bytes, 1),
 #undef S
 #undef D
 #undef I
+#undef IO
 };
 enum { N_FIELDS = sizeof fields / sizeof fields[0] };
 
@@ -67,9 +70,9 @@ static int field_set(eng_profile *p, const struct field *f, const json_t *v, con
       *(int *)dst = json_is_true(v);
       return 0;
     }
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 64)
-      return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" must be a small non-negative integer or a boolean",
-                         path, f->key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (json_int_t)f->len)
+      return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" must be an integer from 0 to %zu or a boolean", path,
+                         f->key, f->len);
     *(int *)dst = (int)json_integer_value(v);
     return 0;
   }
@@ -145,7 +148,8 @@ int eng_profile_validate(const eng_profile *p, const char *what, eng_err *e) {
   } nonneg[] = {{"gemm_bwd_flops", p->gemm_bwd_flops}, {"gemm_half_rows", p->gemm_half_rows},
                 {"attn_bwd_flops", p->attn_bwd_flops}, {"device_reserve", p->device_reserve},
                 {"host_reserve", p->host_reserve}, {"nvme_bytes", p->nvme_bytes},
-                {"device_act_bytes", p->device_act_bytes}, {"host_act_bytes", p->host_act_bytes}};
+                {"device_act_bytes", p->device_act_bytes}, {"host_act_bytes", p->host_act_bytes},
+                {"poet_flops", p->poet_flops}};
   for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
     if (!(nonneg[i].v >= 0) || !isfinite(nonneg[i].v))
       return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" must be a non-negative number", what, nonneg[i].key);

@@ -42,6 +42,17 @@ typedef struct eng_profile {
   int pinned_copy;         // 1: a pinned working copy of the weights in weight_bytes
   int opt_8bit;            // 1: block-wise 8-bit moments (optim/adamw8.h); 0: fp32
 
+  // The training method: the job's, not the machine's (optional in a file,
+  // 0 when absent; planning for a spec sets them, eng_spec_profile_method).
+  // poet_block > 0: POET-X (poet/poet.h) with rotation blocks of that size,
+  // each chain's inner product kept for the backward (poet_fast) or
+  // recomputed, the rotations merged every poet_merge_every steps (0: never
+  // counted). 0: every weight trains with the optimizer above.
+  int poet_block, poet_fast, poet_merge_every;
+  // POET-X's block rotations, [rows, b]·[b, b] products with the
+  // permutation's gather before each: FLOP/s (0: gemm_flops' rate).
+  double poet_flops;
+
   // Memory budgets, bytes.
   double device_bytes;     // device memory
   double device_reserve;   // of it, what the runtime keeps (context, libraries)
@@ -52,7 +63,8 @@ typedef struct eng_profile {
   double host_act_bytes;   // optional cap on the host activation tier (0: none)
 } eng_profile;
 
-// Reads a profile file. Every field except the optional caps is required;
+// Reads a profile file. Every field except the optional caps and the
+// method's is required;
 // unknown keys are refused (a typo must not silently keep a default), except
 // "sources" and "note", which hold the citations.
 int eng_profile_load(const char *path, eng_profile *p, eng_err *e);
@@ -69,11 +81,12 @@ int eng_profile_validate(const eng_profile *p, const char *what, eng_err *e);
 // Measures the profile of this machine for the cpu backend at the job's
 // shapes (micro-batch of mb sequences of T tokens of model c): GEMM and
 // attention rates with the engine's cpu kernels, elementwise rate, memcpy
-// bandwidth (the cpu backend's copies), the fp32 AdamW pass. Takes at most
+// bandwidth (the cpu backend's copies), the fp32 AdamW pass and, where p
+// comes with a POET-X method (poet_block), its rotations' rate. Takes at most
 // about max_seconds (<= 30 is the contract). Memory budgets: device_bytes =
 // device_cap, host_bytes = physical memory; the NVMe fields are left as p
 // had them (set them with eng_profile_set_nvme from storage's measurement),
-// every other field is zero.
+// and so do the method's; every other field is zero.
 int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_cap,
                               double max_seconds, eng_profile *p, eng_err *e);
 // The max_seconds that the daemon and traind-train give a calibration.

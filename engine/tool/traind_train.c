@@ -146,6 +146,7 @@ static int plan_auto(const eng_spec *s, const char *model_name, double calibrate
                                       "and the GPU's profile, and run it with --plan FILE");
   eng_config c = s->config; // the model's: model_dir's, or the flags'
   eng_profile prof = {0};
+  eng_spec_profile_method(s, &prof); // before calibrating: it measures the method's rotations
   int untied, rc = s->model_dir ? eng_hf_load_config(NULL, s->model_dir, &c, &untied, e) : 0;
   if (!rc) rc = eng_profile_calibrate_cpu(&c, s->batch, s->seq_len, (double)s->device_cap, calibrate, &prof, e);
   if (rc) return rc;
