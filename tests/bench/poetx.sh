@@ -10,10 +10,11 @@
 # after the first two, and the loss of the last step. BLOCK is POET-X's
 # rotation block size (it must divide every projection's dimensions: 128
 # does for both models).
-# Then the largest dense Qwen3 shape each method can train on this
-# machine's MemAvailable, from the engine's accounting of a cpu-backend run
-# (eng_spec_host_bytes, batch 1 x 512, 8 GiB arena; nothing allocated): the
-# planner does not model POET-X layers yet.
+# Then the largest dense Qwen3 shape each method can train with this
+# machine's host memory (MemAvailable) behind an H200 (the shipped profile,
+# engine/plan/profiles/h200-sxm.json, with its host memory replaced), from
+# the planner: per shape the training state it counts in host memory and
+# whether it finds a plan for batch 1 x 512 (rotation blocks of 256).
 # Last line: poetx: host <a> B/param vs adamw8 <b> B/param, <r>x tokens/s,
 # loss <l1> vs <l2> (the 40M model; host is peak RSS per parameter).
 set -euo pipefail
@@ -47,10 +48,11 @@ for model in demo bench40m; do
   done
 done
 
-echo "host bytes of a cpu-backend run per parameter, dense Qwen3 shapes (block 256):"
-"$RUN" largest 256 1 512 > "$out/largest"
-awk '$1 == "shape" {printf "  %-7s %-11s %6.1fB params: %6.1f GiB, %.2f B/param\n", $2, $3, $4 / 1e9, $5 / 2^30, $6}
-     $1 == "largest" {printf "  largest %-7s on this machine (MemAvailable %.1f GiB): %s\n", $2, $4 / 2^30, $3}' "$out/largest"
+echo "host training state per parameter behind an H200, from the planner, dense Qwen3 shapes (block 256):"
+"$RUN" largest 256 1 512 engine/plan/profiles/h200-sxm.json > "$out/largest"
+awk '$1 == "shape" {printf "  %-7s %-11s %6.1fB params: %6.1f GiB, %.2f B/param, %s\n", $2, $3, $4 / 1e9, $5 / 2^30, $6,
+                      $7 == "fits" ? "planned" : "does not fit"}
+     $1 == "largest" {printf "  largest %-7s with this machine'"'"'s MemAvailable (%.1f GiB): %s\n", $2, $4 / 2^30, $3}' "$out/largest"
 
 m=bench40m
 a=$(awk '{v[$1]=$2} END {printf "%.2f", v["peak_rss"] / v["params"]}' "$out/$m.poetx")

@@ -7,11 +7,13 @@
 //   (eng_spec_host_bytes: what the run holds), peak_rss (measured, this
 //   process), tok_s (median over the steps after the first two), loss (the
 //   last step's), tokens.
-// bench_poetx_run largest BLOCK BATCH SEQ
+// bench_poetx_run largest BLOCK BATCH SEQ PROFILE
 //   for the dense Qwen3 shapes (0.6B .. 32B, their config.json's
-//   dimensions), the host bytes a cpu-backend run holds under each method
-//   (eng_spec_host_bytes, nothing allocated), and the largest that fits
-//   this machine's MemAvailable: "largest METHOD NAME PARAMS HOST AVAIL".
+//   dimensions), per method, the host training state the planner counts on
+//   the GPU profile PROFILE with this machine's MemAvailable as its host
+//   memory ("shape METHOD NAME PARAMS HOST B/PARAM fits|no": whether the
+//   planner finds a plan for BATCH x SEQ), and the largest it plans:
+//   "largest METHOD NAME AVAIL".
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +24,8 @@
 #include "bench.h"
 #include "engine.h"
 #include "model/layout.h"
+#include "plan/cost.h"
+#include "plan/planner.h"
 
 static int preset(const char *name, eng_config *c) {
   // traind-train's presets of the same names.
@@ -99,7 +103,7 @@ static size_t mem_available(void) {
 }
 
 static int largest(int argc, char **argv) {
-  if (argc != 5) return 2;
+  if (argc != 6) return 2;
   // name, hidden, layers, ffn, heads, kv heads (head_dim 128, vocab 151936, untied above 4B)
   static const struct {
     const char *name;
@@ -107,7 +111,17 @@ static int largest(int argc, char **argv) {
   } q3[] = {{"Qwen3-0.6B", 1024, 28, 3072, 16, 8, 1}, {"Qwen3-1.7B", 2048, 28, 6144, 16, 8, 1},
             {"Qwen3-4B", 2560, 36, 9728, 32, 8, 1},   {"Qwen3-8B", 4096, 36, 12288, 32, 8, 0},
             {"Qwen3-14B", 5120, 40, 17408, 40, 8, 0}, {"Qwen3-32B", 5120, 64, 25600, 64, 8, 0}};
+  eng_profile prof;
+  eng_err e = {0};
+  if (eng_profile_load(argv[5], &prof, &e)) {
+    fprintf(stderr, "bench_poetx_run: %s\n", e.msg);
+    return 1;
+  }
+  // This machine's host memory, all of what is available now, for the
+  // training state and host activations; the GPU's budgets as profiled.
   size_t avail = mem_available();
+  prof.host_bytes = (double)avail;
+  prof.host_reserve = 0;
   const char *methods[] = {"adamw8", "poetx"};
   for (int k = 0; k < 2; k++) {
     int best = -1;
@@ -117,20 +131,30 @@ static int largest(int argc, char **argv) {
       s.config = (eng_config){ENG_ARCH_QWEN3, 151936, q3[i].d, q3[i].L, q3[i].H, q3[i].KV, 128, q3[i].ff, 40960,
                               1000000.0f, 1e-6f, 0.02f, q3[i].tie, 0, 1};
       method_of(&s, methods[k], atoi(argv[2]));
-      s.batch = atoi(argv[3]);
-      s.seq_len = atoi(argv[4]);
-      s.device_cap = (size_t)8 << 30;
-      size_t host;
-      eng_err e = {0};
-      if (eng_spec_host_bytes(&s, &host, &e)) {
+      eng_spec_profile_method(&s, &prof);
+      eng_plan_opts o;
+      eng_plan_opts_defaults(&o);
+      o.time_limit = 2;
+      eng_plan plan;
+      int rc = eng_plan_make(&s.config, q3[i].name, atoi(argv[3]), atoi(argv[4]), &prof, &o, &plan, &e);
+      if (rc && rc != ENG_ECAP) {
         fprintf(stderr, "bench_poetx_run: %s %s: %s\n", methods[k], q3[i].name, e.msg);
         return 1;
       }
       eng_layout lo; // parameters, for bytes per parameter
       eng_layout_init(&lo, &s.config);
       double params = (double)lo.total_numel;
-      printf("shape %s %s %.0f %zu %.2f\n", methods[k], q3[i].name, params, host, host / params);
-      if (host <= avail) best = (int)i;
+      eng_plan_cost c; // the training state the planner counts, fitting or not
+      if (eng_plan_cost_make(&s.config, atoi(argv[3]), atoi(argv[4]), 1, &prof, &c, &e)) {
+        fprintf(stderr, "bench_poetx_run: %s %s: %s\n", methods[k], q3[i].name, e.msg);
+        return 1;
+      }
+      printf("shape %s %s %.0f %.0f %.2f %s\n", methods[k], q3[i].name, params, c.host_state, c.host_state / params,
+             rc ? "no" : "fits");
+      if (!rc) {
+        best = (int)i;
+        eng_plan_free(&plan);
+      }
     }
     printf("largest %s %s %zu\n", methods[k], best >= 0 ? q3[best].name : "none", avail);
   }
@@ -143,6 +167,6 @@ int main(int argc, char **argv) {
                                                       : 2;
   if (rc == 2)
     fprintf(stderr, "usage: bench_poetx_run train METHOD BLOCK PRESET STEPS BATCH SEQ DATA\n"
-                    "       bench_poetx_run largest BLOCK BATCH SEQ\n");
+                    "       bench_poetx_run largest BLOCK BATCH SEQ PROFILE\n");
   return rc;
 }
