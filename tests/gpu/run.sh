@@ -80,6 +80,7 @@ run() { # name, timeout in seconds, command...
 run test_gpu_backend 60 "$BUILD/test_gpu_backend"
 run test_gpu_kernels 90 "$BUILD/test_gpu_kernels"
 run test_gpu_step 60 "$BUILD/test_gpu_step"
+run test_gpu_poet 60 "$BUILD/test_gpu_poet"
 if [ -x "$BUILD/test_gpu_engine" ]; then
   run test_gpu_engine 120 "$BUILD/test_gpu_engine"
 else

@@ -14,11 +14,14 @@
 #define ENG_CUDA_RED_BYTES ((size_t)8 << 20)
 
 // What a planned GEMM depends on: shapes, transposes, leading dimensions,
-// output type, whether C is read, and each operand's alignment (cuBLASLt
-// chooses algorithms by alignment).
+// operand and output types, whether C is read, and each operand's alignment
+// (cuBLASLt chooses algorithms by alignment); batched ones also the count
+// and the strides (0 and 0 for a single product).
 typedef struct eng_cuda_gemm_key {
   int ta, tb, m, n, k, lda, ldb, ldc, c_f32, beta1;
   int align[4];
+  int ab_f32, batch;
+  long long sa, sb, sc;
 } eng_cuda_gemm_key;
 
 typedef struct eng_cuda_gemm_plan {
@@ -44,6 +47,15 @@ struct eng_cuda_ctx {
 // c_f32; beta 0 or 1; C is D when C is NULL). fp32 accumulation and scaling.
 int eng_cuda_gemm(eng_cuda_ctx *cx, int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B,
                   int ldb, float beta, const void *C, void *D, int ldc, int c_f32, eng_err *e);
+
+// The same in fp32 throughout, over `batch` products whose operands lie
+// sa, sb, sc floats apart (strides may be smaller than a matrix: the blocks
+// of one row-major array side by side; the outputs must not overlap). fp32
+// compute without TF32 (CUBLAS_COMPUTE_32F): the POET-X kernels compare with
+// the cpu's fp32 products. D is C (beta 0 or 1).
+int eng_cuda_sgemm_batched(eng_cuda_ctx *cx, int ta, int tb, int m, int n, int k, const float *A, int lda,
+                           long long sa, const float *B, int ldb, long long sb, float beta, float *C, int ldc,
+                           long long sc, int batch, eng_err *e);
 
 // Destroys the cached plans.
 void eng_cuda_gemm_cache_clear(eng_cuda_ctx *cx);

@@ -13,11 +13,13 @@
 //   rmsnorm_bwd adds into dx by a flag (no dres); linear_fwd adds a residual
 //   (res) in the GEMM; no *_then row epilogues; the head's loss sums into a
 //   device double; gradient norms come from eng_cuda_grad_finish (no sumsq).
-//   Beyond kernels.h: bf16 conversions, eng_cuda_grad_finish, and the whole
-//   layer (eng_cuda_layer_fwd/bwd).
+//   Beyond kernels.h: bf16 conversions, eng_cuda_grad_finish, the whole
+//   layer (eng_cuda_layer_fwd/bwd), and POET-X's kernels (poet/poet.h's
+//   functions, with the differences their section states).
 // What differs in every kernel is stated here once:
 //
-// - Storage is bf16 with fp32 arithmetic inside every kernel (DESIGN §2):
+// - Storage is bf16 with fp32 arithmetic inside every kernel (DESIGN §2;
+//   POET-X's kernels keep their activations in fp32, see their section):
 //   activations, activation gradients and weights are eng_bf16 arrays;
 //   weight gradients are fp32 accumulators ("dw +=") that eng_cuda_grad_finish
 //   turns into the bf16 (or fp32) values that cross PCIe. Per-row statistics
@@ -210,6 +212,80 @@ int eng_cuda_layer_fwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *
 int eng_cuda_layer_bwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *lo, const eng_bf16 *w, float *dw,
                        const eng_bf16 *x, const eng_cuda_layer_acts *a, const eng_bf16 *dy, eng_bf16 *dx, int B,
                        int T, const eng_cuda_layer_scratch *s, eng_err *e);
+
+// ---- POET-X (poet/poet.h's math of one weight) -----------------------------------
+
+// poet.h's functions on the GPU, in its argument order with cx (or a stream)
+// added and e last: the Cayley–Neumann map θ → R and its backward, the block
+// rotations, the permutations, and one weight's forward and backward. The
+// math, the layouts (θ as each block's strict upper triangle, row-major; R
+// and dL/dR as [nblk][b][b]; rows ld floats apart) and the add flags are
+// poet.h's. Where they differ from poet.h:
+// - fp32 throughout, not bf16: θ, R, dL/dR and dθ (a bf16 R would be
+//   orthogonal only to about 2^-8, worse than the series' own error), and
+//   the activations x, y, z, dx, dy, so that the chain matches the cpu's to
+//   fp32 rounding (a bf16 layer converts at its edges: eng_cuda_bf16_to_f32
+//   and back). Only the frozen W0 and bias are bf16 (the layer shard's
+//   working copy), widened exactly where used. Products are cuBLASLt fp32
+//   GEMMs without TF32, a rotation's (or the map's) blocks one strided
+//   batch; the results are the cpu's within fp32 rounding, not its bits
+//   (another summation order).
+// - work is device bytes from the *_work_bytes functions (a 256-byte
+//   aligned base), and the map's work covers all its blocks, not one.
+// - Not here: orth_err, perm, effective, rebase and merge (the update,
+//   which merges, runs on the host: DESIGN §2), and the layer (eng_poet_layer).
+// - The fast mode (z kept) and the memory mode give the same bits when the
+//   kept z is 256-byte aligned, as the work's own pieces are: the products
+//   then have the same shapes and alignments, so cuBLASLt runs the same plans.
+
+// R[nblk][b][b] from theta[nblk][tri(b)], cayley.c's Horner form of
+// R = I + 2Q + 2Q² + 2Q³ + Q⁴.
+size_t eng_cuda_poet_cayley_work_bytes(int nblk, int b);
+int eng_cuda_poet_cayley(eng_cuda_ctx *cx, int nblk, int b, const float *theta, float *R, void *work, eng_err *e);
+// dtheta[nblk][tri(b)] += dL/dθ for dR = dL/dR at theta.
+size_t eng_cuda_poet_cayley_bwd_work_bytes(int nblk, int b);
+int eng_cuda_poet_cayley_bwd(eng_cuda_ctx *cx, int nblk, int b, const float *theta, const float *dR, float *dtheta,
+                             void *work, eng_err *e);
+
+// y = x · diag(R) (trans 0) or x · diag(R)ᵀ (trans 1) over T rows of dim
+// values; y must not overlap x.
+int eng_cuda_poet_rotate(eng_cuda_ctx *cx, int T, int dim, int b, const float *x, int ldx, const float *R, int trans,
+                         float *y, int ldy, eng_err *e);
+// dR[k] += x_kᵀ · dy_k over the T rows.
+int eng_cuda_poet_rotate_dR(eng_cuda_ctx *cx, int T, int dim, int b, const float *x, int ldx, const float *dy,
+                            int ldy, float *dR, eng_err *e);
+// y[t, j] = x[t, perm[j]] (gather) and x[t, perm[j]] = y[t, j] (scatter;
+// add = 1: +=); perm (int32, on the device) must be a permutation of
+// 0..dim-1, which is what lets the scatter add without atomics.
+int eng_cuda_poet_gather(int T, int dim, const int32_t *perm, const float *x, int ldx, float *y, int ldy,
+                         eng_cuda_stream s, eng_err *e);
+int eng_cuda_poet_scatter(int T, int dim, const int32_t *perm, const float *y, int ldy, float *x, int ldx, int add,
+                          eng_cuda_stream s, eng_err *e);
+
+// One weight (poet.h's eng_poet_weight with a bf16 W0 and bias).
+typedef struct eng_cuda_poet_weight {
+  int m, n, b;                // out, in, block size
+  const eng_bf16 *W0;         // [m, n]
+  const eng_bf16 *bias;       // [m], or NULL
+  const int32_t *pin, *pout;  // [n], [m]
+  const float *Rin, *Rout;    // [n/b][b][b], [m/b][b][b] (eng_cuda_poet_cayley)
+} eng_cuda_poet_weight;
+
+// Work bytes of the forward and the backward for T rows (W0 widened to
+// fp32, m·n floats, and the chain's intermediates).
+size_t eng_cuda_poet_fwd_work_bytes(const eng_cuda_poet_weight *w, int T);
+size_t eng_cuda_poet_bwd_work_bytes(const eng_cuda_poet_weight *w, int T);
+// y [T, m] (rows ldy apart) for x [T, n] (rows ldx apart), plus bias; z
+// (NULL, or [T, m] contiguous) keeps the product before the output rotation
+// for the backward (the fast mode).
+int eng_cuda_poet_forward(eng_cuda_ctx *cx, const eng_cuda_poet_weight *w, int T, const float *x, int ldx, float *y,
+                          int ldy, float *z, void *work, eng_err *e);
+// For dy [T, m]: dx [T, n] (add = 0: =, 1: +=) and dRin, dRout (+=, the
+// blocks' dL/dR for eng_cuda_poet_cayley_bwd); x as the forward had it, z
+// its kept product or NULL.
+int eng_cuda_poet_backward(eng_cuda_ctx *cx, const eng_cuda_poet_weight *w, int T, const float *x, int ldx,
+                           const float *z, const float *dy, int lddy, float *dx, int lddx, int add, float *dRin,
+                           float *dRout, void *work, eng_err *e);
 
 #ifdef __cplusplus
 }
