@@ -131,6 +131,7 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
     if (ps && ps->merge_every) g->poet_merge_every = ps->merge_every;
     if (ps && ps->lr_opt_case) g->poet_lr = ps->lr;
     if (ps) g->poet_memory = ps->memory_mode;
+    if (ps) g->poet_base_bf16 = ps->base_bf16;
   }
   g->lr = t->lr;
   g->min_lr = t->schedule == K(LR_SCHEDULE__LR_SCHEDULE_CONSTANT) ? t->lr : opt_or(t->min_lr_opt_case, t->min_lr, t->lr / 10);

@@ -103,6 +103,8 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
       return eng_err_set(e, ENG_ENOTSUP, "spec: method poetx runs on the cpu backend only in this build (its "
                          "CUDA kernels are not written yet); device_gpu must be -1");
     if (s->clip_lagged) BAD("clip_lagged is not available with method poetx (its clipping ramps after each merge)");
+  } else if (s->poet_base_bf16) {
+    BAD("poet_base_bf16 is method poetx's (the frozen W0 it holds in bf16)");
   }
   return 0;
 #undef BAD
@@ -177,7 +179,8 @@ static eng_model_opts spec_model_opts(const eng_spec *s) {
                           .opt_min_quant = s->opt_min_quant,
                           .opt_fp32_embed_head = s->opt_fp32_embed_head,
                           .work_bf16 = s->device_gpu >= 0,
-                          .poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0};
+                          .poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0,
+                          .poet_base_bf16 = s->method == ENG_METHOD_POETX && s->poet_base_bf16};
 }
 
 // The spec checked, its model config and its tiers, without allocating.
@@ -201,6 +204,7 @@ void eng_spec_profile_method(const eng_spec *s, eng_profile *p) {
   p->poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0;
   p->poet_fast = p->poet_block && !s->poet_memory;
   p->poet_merge_every = p->poet_block ? s->poet_merge_every : 0;
+  p->poet_base_bf16 = p->poet_block && s->poet_base_bf16;
 }
 
 int eng_spec_host_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
@@ -301,14 +305,13 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   if ((rc = spec_dev_open(spec, &r->dev, e))) goto fail;
   eng_model_opts mo = spec_model_opts(spec);
   if ((rc = eng_model_alloc(&r->model, &cfg, &mo, e))) goto fail;
-  if (spec->model_dir) {
-    float *ws[r->model.lo.n_shards];
-    for (int s = 0; s < r->model.lo.n_shards; s++) ws[s] = r->model.shards[s].w;
-    if ((rc = eng_hf_load_weights(spec->fs, spec->model_dir, &r->model.lo, ws, e))) goto fail;
-  } else {
-    eng_model_init_random(&r->model, spec->seed);
-  }
-  if (r->model.poet.layers) eng_poet_model_perms(&r->model.poet, spec->seed);
+  if ((rc = spec->model_dir ? eng_hf_load_model(spec->fs, spec->model_dir, &r->model, e)
+                            : eng_model_init_random(&r->model, spec->seed, e)))
+    goto fail;
+  // POET-X from scratch draws its first permutations; a loaded model keeps
+  // the identity until its first merge, so that it starts out computing
+  // exactly the model it loaded (W0 is the loaded weight, unpermuted).
+  if (r->model.poet.layers && !spec->model_dir) eng_poet_model_perms(&r->model.poet, spec->seed);
   eng_model_work_refresh(&r->model);
   if (spec->train_path &&
       (rc = eng_data_open(&r->train, spec->fs, spec->train_path, spec->seq_len, cfg.vocab, spec->seed, 1, e)))
@@ -566,7 +569,7 @@ int eng_debug_param(eng_run *r, const char *name, char which, float *dst, size_t
     return eng_err_set(e, ENG_EINVAL, "parameter \"%s\" has %zu values, not %zu", name, t.numel, numel);
   eng_exec_quiesce(r->exec);
   if (which == 'g') eng_model_grad_get(&r->model, shard, &t, dst);
-  else memcpy(dst, eng_model_tensor(&r->model, shard, &t), numel * sizeof(float));
+  else eng_model_tensor_get(&r->model, shard, &t, dst);
   return 0;
 }
 
@@ -649,23 +652,41 @@ static int poet_read(const eng_store *st, int64_t step, eng_poet_model *pm, eng_
   return rc;
 }
 
+// One layer's values in fp32 when the model holds a bf16 base (a shard of
+// it is read or written whole through them), else NULL.
+static int based_scratch(const eng_run *r, float **whole, eng_err *e) {
+  *whole = NULL;
+  if (r->model.lo.n_layers < 1 || !r->model.shards[1].base) return 0;
+  if (!(*whole = malloc(r->model.lo.layer_numel * sizeof(float))))
+    return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes for a layer's weights",
+                       r->model.lo.layer_numel * sizeof(float));
+  return 0;
+}
+
 int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
   eng_exec_quiesce(r->exec);
   int64_t mt[META_COUNT];
   meta_fill(r, mt);
   int rc = st->ckpt_begin(st->ctx, r->step, e);
   if (!rc) rc = st->ckpt_put(st->ctx, "meta", mt, sizeof mt, e);
-  // Shard by shard, straight from the model state: host memory never doubles.
+  // Shard by shard, straight from the model state: host memory never doubles
+  // (a shard of a bf16 base goes through one layer's fp32, its layout's as
+  // every shard's, so a checkpoint reads the same whatever holds the base).
   // The optimizer state goes as its regions' raw bytes (optim/adamw8.h).
+  float *whole = NULL;
+  if (!rc && (rc = based_scratch(r, &whole, e))) return rc;
   for (int s = 0; !rc && s < r->model.lo.n_shards; s++) {
     const eng_shard *sh = &r->model.shards[s];
     char name[32];
-    rc = st->ckpt_put(st->ctx, weights_name(name, s), sh->w, sh->numel * sizeof(float), e);
+    const float *w = sh->base ? whole : sh->w;
+    if (sh->base) eng_model_shard_get(&r->model, s, whole);
+    rc = st->ckpt_put(st->ctx, weights_name(name, s), w, sh->numel * sizeof(float), e);
     for (int i = 0; !rc && i < sh->n_tensors; i++) {
       snprintf(name, sizeof name, "o.%d.%d", s, i);
       rc = st->ckpt_put(st->ctx, name, sh->opt[i].mem, sh->opt[i].bytes, e);
     }
   }
+  free(whole);
   if (!rc && r->model.poet.layers) rc = poet_save(r, st, e);
   if (!rc) rc = st->ckpt_commit(st->ctx, e);
   return rc;
@@ -696,10 +717,13 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
                          "(meta field %d is %lld, this run has %lld)", (long long)step, i,
                          (long long)mt[i], (long long)want[i]);
   eng_exec_quiesce(r->exec);
+  float *whole = NULL;
+  if ((rc = based_scratch(r, &whole, e))) return rc;
   for (int s = 0; !rc && s < r->model.lo.n_shards; s++) {
     eng_shard *sh = &r->model.shards[s];
     char name[32];
-    rc = st->ckpt_get(st->ctx, step, weights_name(name, s), sh->w, sh->numel * sizeof(float), e);
+    rc = st->ckpt_get(st->ctx, step, weights_name(name, s), sh->base ? whole : sh->w, sh->numel * sizeof(float), e);
+    if (!rc && sh->base) eng_model_shard_set(&r->model, s, whole);
     for (int i = 0; !rc && i < sh->n_tensors; i++) {
       snprintf(name, sizeof name, "o.%d.%d", s, i);
       // Read in place, then let the optimizer vet the state it will trust.
@@ -708,6 +732,7 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
       if (rc) eng_err_prefix(e, "checkpoint at step %lld, %s: ", (long long)step, sh->tensors[i].name);
     }
   }
+  free(whole);
   if (!rc && r->model.poet.layers) {
     int64_t pmeta[2];
     rc = poet_meta(st, step, pmeta, e);
@@ -738,9 +763,10 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
 
 // Under POET-X an export holds the effective weights: layer shards are
 // copied (into *copies, which the caller frees) with their projections
-// merged; the other shards are w's own.
-static int poet_effective_shards(const eng_layout *lo, const eng_poet_model *pm, float *const *w, const float **ws,
-                                 float ***copies, eng_err *e) {
+// merged; the other shards are w's own. base: the shards' bf16 bases
+// (NULL: none), which the copies widen.
+static int poet_effective_shards(const eng_layout *lo, const eng_poet_model *pm, float *const *w,
+                                 const eng_model *base, const float **ws, float ***copies, eng_err *e) {
   *copies = calloc((size_t)lo->n_shards, sizeof **copies);
   if (!*copies) return eng_err_set(e, ENG_ENOMEM, "cannot allocate %d shard pointers", lo->n_shards);
   for (int s = 0; s < lo->n_shards; s++) {
@@ -749,7 +775,8 @@ static int poet_effective_shards(const eng_layout *lo, const eng_poet_model *pm,
     if (!((*copies)[s] = malloc(lo->layer_numel * sizeof(float))))
       return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes for layer %d's merged weights",
                          lo->layer_numel * sizeof(float), s - 1);
-    memcpy((*copies)[s], w[s], lo->layer_numel * sizeof(float));
+    if (base) eng_model_shard_get(base, s, (*copies)[s]);
+    else memcpy((*copies)[s], w[s], lo->layer_numel * sizeof(float));
     eng_poet_model_effective(pm, lo, s - 1, (*copies)[s], pm->merge_work);
     ws[s] = (*copies)[s];
   }
@@ -768,7 +795,7 @@ int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e) {
   const float *ws[lo->n_shards];
   float *w[lo->n_shards], **copies = NULL;
   for (int s = 0; s < lo->n_shards; s++) ws[s] = w[s] = r->model.shards[s].w;
-  int rc = r->model.poet.layers ? poet_effective_shards(lo, &r->model.poet, w, ws, &copies, e) : 0;
+  int rc = r->model.poet.layers ? poet_effective_shards(lo, &r->model.poet, w, &r->model, ws, &copies, e) : 0;
   if (!rc) rc = eng_hf_save(dir, &r->model.cfg, lo, ws, bf16, 0, r->spec.fs, r->model_dir, e);
   copies_free(copies, lo->n_shards);
   return rc;
@@ -810,7 +837,7 @@ int eng_ckpt_export_hf(const eng_store *st, int64_t step, const eng_config *c, c
     if (!rc) rc = eng_poet_model_shape(&pm, &lo, (int)pmeta[0], e);
     if (!rc) rc = eng_poet_model_alloc(&pm, e);
     if (!rc) rc = poet_read(st, step, &pm, e);
-    if (!rc) rc = poet_effective_shards(&lo, &pm, w, ws, &copies, e);
+    if (!rc) rc = poet_effective_shards(&lo, &pm, w, NULL, ws, &copies, e);
     if (rc) eng_err_prefix(e, "checkpoint at step %lld, POET-X state: ", (long long)step);
   }
   if (!rc) rc = eng_hf_save(dir, c, &lo, ws, bf16, max_shard_bytes, src_fs, src_dir, e);

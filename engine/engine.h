@@ -104,6 +104,10 @@ typedef struct eng_spec {
   int poet_memory;        // POETX: recompute each chain's inner product in the backward instead
                           // of keeping it with the layer's activations (less memory, one more
                           // product per weight; the same bits)
+  int poet_base_bf16;     // POETX: hold the frozen W0 (and biases) in bf16 as the published
+                          // method does, not in the fp32 master: 2 bytes per parameter less;
+                          // loaded weights and each merge's new W0 are rounded to nearest
+                          // even (cpu backend)
 
   // Optimizer and schedule: linear warmup to lr, cosine decay to min_lr at total_steps.
   eng_optimizer optimizer;
@@ -170,7 +174,7 @@ void eng_spec_defaults(eng_spec *s);
 // set), without allocating anything or touching a GPU.
 int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e);
 // The spec's training method (method, poet_block, poet_memory,
-// poet_merge_every) into the profile a plan for it is made on
+// poet_merge_every, poet_base_bf16) into the profile a plan for it is made on
 // (plan/profile.h), so the planner costs the layers the run computes.
 void eng_spec_profile_method(const eng_spec *s, eng_profile *p);
 

@@ -250,6 +250,11 @@ static void copy_in_run(void *arg) {
     x->ops->weights_in(x, j->slot, dst, hw + lo->final_norm.off * wz, lo->final_norm.numel * wz);
     const char *mat = lo->lm_head.numel ? hw + lo->lm_head.off * wz : streamed(x, 0);
     x->ops->weights_in(x, j->slot, dst + lo->final_norm.numel * wz, mat, lo->embed.numel * wz);
+  } else if (m->shards[j->shard].base) {
+    // A bf16 base (the cpu backend's POET-X) widens into the slot, which is
+    // host memory there.
+    version_wait(x, j->shard, j->need);
+    eng_model_shard_get(m, j->shard, (float *)dst);
   } else {
     version_wait(x, j->shard, j->need);
     x->ops->weights_in(x, j->slot, dst, streamed(x, j->shard), m->shards[j->shard].numel * wz);
@@ -331,7 +336,8 @@ static void opt_poet(eng_exec *x, int l, const eng_exec_update *u) {
   eng_adamw_update(s->theta, s->g, s->m1, s->m2, pm->n_theta, u->poet_lr, 0.0f, u->beta1, u->beta2, 1e-6f,
                    u->clip_scale, u->poet_t);
   if (u->poet_merge > 0)
-    eng_poet_model_merge(pm, &x->m->lo, l, x->m->shards[l + 1].w, u->seed, u->poet_merge, pm->merge_work);
+    eng_poet_model_merge(pm, &x->m->lo, l, x->m->shards[l + 1].w, x->m->shards[l + 1].base, u->seed, u->poet_merge,
+                         pm->merge_work);
 }
 
 static void opt_run(void *arg) {
@@ -344,7 +350,7 @@ static void opt_run(void *arg) {
     const eng_tensor *t = &sh->tensors[i];
     // Decoupled weight decay applies to matrices only.
     eng_adamw8_hparams h = {u->lr, t->cols ? u->weight_decay : 0.0f, u->beta1, u->beta2, u->eps, u->clip_scale, u->t};
-    eng_adamw8_io io = {.w = sh->w + t->off,
+    eng_adamw8_io io = {.w = sh->w + sh->w_off[i],
                         .g = sh->g_bf16 ? (const void *)((const uint16_t *)sh->g + sh->g_off[i])
                                         : (const void *)((const float *)sh->g + sh->g_off[i]),
                         .g_type = sh->g_bf16 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32};

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "model/hf_io.h"
+#include "model/model.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -41,7 +42,8 @@ static size_t slot_of(const eng_layout *lo, int shard, const eng_tensor *t) {
 typedef struct loader {
   const eng_fs *fs;
   const eng_layout *lo;
-  float *const *shards;
+  float *const *shards; // where each shard's values go, or NULL: into m
+  eng_model *m;
   unsigned char *seen; // one flag per slot
   const char *source;  // the file that should have held a missing tensor
   int tied_head;       // the layout ties lm_head and a file holds one all the same
@@ -91,7 +93,14 @@ static int load_tensor(loader *L, const eng_st_file *f, const eng_st_tensor *st,
     return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" has shape %s, but config.json implies %s",
                        f->path, st->name, found, expected);
   }
-  int rc = eng_st_read_f32(f, st, L->shards[shard] + t.off, e);
+  // A tensor the model holds in bf16 is read whole in fp32, then rounded.
+  float *dst = L->shards ? L->shards[shard] + t.off : eng_model_tensor(L->m, shard, &t), *tmp = NULL;
+  if (!dst && !(dst = tmp = malloc(t.numel * sizeof(float))))
+    return eng_err_set(e, ENG_ENOMEM, "%s: tensor \"%s\": cannot allocate %zu bytes", f->path, st->name,
+                       t.numel * sizeof(float));
+  int rc = eng_st_read_f32(f, st, dst, e);
+  if (!rc && tmp) eng_model_tensor_set(L->m, shard, &t, tmp);
+  free(tmp);
   if (!rc) L->seen[slot_of(L->lo, shard, &t)] = 1;
   return rc;
 }
@@ -257,13 +266,13 @@ int eng_hf_open_tensor(const eng_fs *fs, const char *dir, const char *name, eng_
   return rc;
 }
 
-int eng_hf_load_weights(const eng_fs *fs, const char *dir, const eng_layout *lo, float *const *shards,
-                        eng_err *e) {
+static int load_weights(loader L, const char *dir, eng_err *e) {
   char single[4096], index[4096];
   int sharded;
-  int rc = weight_paths(fs, dir, single, index, &sharded, e);
+  int rc = weight_paths(L.fs, dir, single, index, &sharded, e);
   if (rc) return rc;
-  loader L = {.fs = fs, .lo = lo, .shards = shards, .source = sharded ? index : single};
+  const eng_layout *lo = L.lo;
+  L.source = sharded ? index : single;
   L.seen = calloc(3 + (size_t)lo->n_layers * ENG_P_LAYER_COUNT, 1);
   if (!L.seen) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
   rc = sharded ? load_sharded(&L, dir, index, e) : load_single(&L, single, e);
@@ -271,6 +280,15 @@ int eng_hf_load_weights(const eng_fs *fs, const char *dir, const eng_layout *lo,
   if (!rc) rc = check_tied_head(&L, dir, e);
   free(L.seen);
   return rc;
+}
+
+int eng_hf_load_weights(const eng_fs *fs, const char *dir, const eng_layout *lo, float *const *shards,
+                        eng_err *e) {
+  return load_weights((loader){.fs = fs, .lo = lo, .shards = shards}, dir, e);
+}
+
+int eng_hf_load_model(const eng_fs *fs, const char *dir, eng_model *m, eng_err *e) {
+  return load_weights((loader){.fs = fs, .lo = &m->lo, .m = m}, dir, e);
 }
 
 // ---- save ----------------------------------------------------------------------

@@ -50,6 +50,10 @@ int eng_hf_open_tensor(const eng_fs *fs, const char *dir, const char *name, eng_
 // for shapes the expected and the found shape. On error the shards hold
 // partial data.
 int eng_hf_load_weights(const eng_fs *fs, const char *dir, const eng_layout *lo, float *const *shards, eng_err *e);
+// The same into a model's own state (model/model.h), wherever it holds each
+// tensor (a bf16 base's are rounded).
+typedef struct eng_model eng_model;
+int eng_hf_load_model(const eng_fs *fs, const char *dir, eng_model *m, eng_err *e);
 
 // Writes dir/config.json and the weights, creating dir (and its parents) when
 // missing. Tensors are stored as BF16 (rounded to nearest even) when bf16 is

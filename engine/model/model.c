@@ -83,11 +83,18 @@ static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e)
   sh->g_bf16 = shard_g_bf16(s, o);
   sh->n_tensors = shard_tensors(lo, s, sh->tensors);
   sh->g_numel = shard_g_layout(lo, s, sh->tensors, sh->n_tensors, o, sh->g_off);
+  // A bf16 base holds the frozen tensors, and w the others packed as the
+  // gradient store packs them; else w holds every tensor at its offset.
+  int based = o->poet_base_bf16 && sh->g_numel < sh->numel;
+  sh->w_numel = sh->numel;
+  for (int i = 0; i < sh->n_tensors; i++) sh->w_off[i] = sh->tensors[i].off;
+  if (based) sh->w_numel = shard_g_layout(lo, s, sh->tensors, sh->n_tensors, o, sh->w_off);
   size_t pinned_align = o->work_bf16 ? 4096 : 64; // g and work cross PCIe on a GPU
-  sh->w = alloc_zeroed(sh->numel * sizeof(float), 64);
+  sh->w = alloc_zeroed(sh->w_numel * sizeof(float), 64);
+  sh->base = based ? alloc_zeroed(sh->numel * sizeof(uint16_t), 64) : NULL;
   sh->g = alloc_zeroed(sh->g_numel * (sh->g_bf16 ? sizeof(uint16_t) : sizeof(float)), pinned_align);
   sh->work = o->work_bf16 ? alloc_zeroed(sh->numel * sizeof(uint16_t), pinned_align) : NULL;
-  if (!sh->w || !sh->g || (o->work_bf16 && !sh->work))
+  if (!sh->w || !sh->g || (o->work_bf16 && !sh->work) || (based && !sh->base))
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate shard %d (%zu values)", s, sh->numel);
   for (int i = 0; i < sh->n_tensors; i++) {
     eng_adamw8_opts ao = tensor_opt_opts(lo, s, &sh->tensors[i], o);
@@ -100,10 +107,13 @@ static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e)
 
 int eng_model_alloc(eng_model *m, const eng_config *c, const eng_model_opts *o, eng_err *e) {
   memset(m, 0, sizeof *m);
+  if (o->poet_base_bf16 && (!o->poet_block || o->work_bf16))
+    return eng_err_set(e, ENG_EINVAL, "a bf16 base is POET-X's, on the cpu backend (no working copy)");
   m->cfg = *c;
   eng_layout_init(&m->lo, c);
   if (o->poet_block) {
     int rc = eng_poet_model_shape(&m->poet, &m->lo, o->poet_block, e);
+    m->poet.base_bf16 = o->poet_base_bf16;
     if (!rc) rc = eng_poet_model_alloc(&m->poet, e);
     if (rc) {
       eng_poet_model_free(&m->poet);
@@ -130,6 +140,7 @@ void eng_model_free(eng_model *m) {
     for (int s = 0; s < m->lo.n_shards; s++) {
       eng_shard *sh = &m->shards[s];
       free(sh->w);
+      free(sh->base);
       free(sh->g);
       free(sh->work);
       for (int i = 0; i < sh->n_tensors; i++) eng_adamw8_state_free(&sh->opt[i]);
@@ -155,7 +166,46 @@ void eng_model_work_refresh(eng_model *m) {
   }
 }
 
-float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t) { return m->shards[s].w + t->off; }
+// Index of tensor t among shard s's tensors.
+static int tensor_index(const eng_shard *sh, const eng_tensor *t) {
+  int i = 0;
+  while (i < sh->n_tensors - 1 && sh->tensors[i].off != t->off) i++;
+  return i;
+}
+
+float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t) {
+  eng_shard *sh = &m->shards[s];
+  size_t off = sh->w_off[tensor_index(sh, t)];
+  return off == SIZE_MAX ? NULL : sh->w + off;
+}
+
+void eng_model_tensor_get(const eng_model *m, int s, const eng_tensor *t, float *dst) {
+  const eng_shard *sh = &m->shards[s];
+  size_t off = sh->w_off[tensor_index(sh, t)];
+  if (off == SIZE_MAX) eng_bf16_to_f32_n(dst, sh->base + t->off, t->numel, ENG_ISA_AUTO);
+  else memcpy(dst, sh->w + off, t->numel * sizeof(float));
+}
+
+void eng_model_tensor_set(eng_model *m, int s, const eng_tensor *t, const float *src) {
+  eng_shard *sh = &m->shards[s];
+  size_t off = sh->w_off[tensor_index(sh, t)];
+  if (off == SIZE_MAX) eng_bf16_from_f32_n(sh->base + t->off, src, t->numel, ENG_ISA_AUTO);
+  else memcpy(sh->w + off, src, t->numel * sizeof(float));
+}
+
+void eng_model_shard_get(const eng_model *m, int s, float *dst) {
+  const eng_shard *sh = &m->shards[s];
+  if (!sh->base) {
+    memcpy(dst, sh->w, sh->numel * sizeof(float));
+    return;
+  }
+  for (int i = 0; i < sh->n_tensors; i++) eng_model_tensor_get(m, s, &sh->tensors[i], dst + sh->tensors[i].off);
+}
+
+void eng_model_shard_set(eng_model *m, int s, const float *src) {
+  eng_shard *sh = &m->shards[s];
+  for (int i = 0; i < sh->n_tensors; i++) eng_model_tensor_set(m, s, &sh->tensors[i], src + sh->tensors[i].off);
+}
 
 void eng_model_grad_get(const eng_model *m, int s, const eng_tensor *t, float *dst) {
   const eng_shard *sh = &m->shards[s];
@@ -176,11 +226,13 @@ typedef struct init_ctx {
   eng_model *m;
   uint64_t seed;
   uint64_t index;
+  float *scratch; // the largest tensor's values, under a bf16 base
 } init_ctx;
 
 static int init_tensor(void *ctx, int shard, const eng_tensor *t) {
   init_ctx *ic = ctx;
   float *p = eng_model_tensor(ic->m, shard, t);
+  if (!p) p = ic->scratch; // a tensor of the bf16 base: drawn in fp32, then rounded
   eng_rng r;
   eng_rng_seed(&r, ic->seed, ++ic->index);
   if (t->cols) {
@@ -192,24 +244,31 @@ static int init_tensor(void *ctx, int shard, const eng_tensor *t) {
     float val = (len > 4 && strcmp(t->name + len - 4, "bias") == 0) ? 0.0f : 1.0f;
     for (size_t i = 0; i < t->numel; i++) p[i] = val;
   }
+  // POET-X starts from scratch with each row of a frozen W0 at unit norm.
+  const eng_shard *sh = &ic->m->shards[shard];
+  if (t->cols && sh->frozen[tensor_index(sh, t)])
+    for (int i = 0; i < t->rows; i++) {
+      float *row = p + (size_t)i * t->cols;
+      double sum = 0;
+      for (int j = 0; j < t->cols; j++) sum += (double)row[j] * row[j];
+      float inv = sum > 0 ? (float)(1.0 / sqrt(sum)) : 0.0f;
+      for (int j = 0; j < t->cols; j++) row[j] *= inv;
+    }
+  if (p == ic->scratch) eng_model_tensor_set(ic->m, shard, t, p);
   return 0;
 }
 
-void eng_model_init_random(eng_model *m, uint64_t seed) {
-  init_ctx ic = {m, seed, 0};
+int eng_model_init_random(eng_model *m, uint64_t seed, eng_err *e) {
+  init_ctx ic = {m, seed, 0, NULL};
+  size_t most = 0;
+  for (int s = 0; s < m->lo.n_shards; s++)
+    for (int i = 0; m->shards[s].base && i < m->shards[s].n_tensors; i++)
+      if (m->shards[s].tensors[i].numel > most) most = m->shards[s].tensors[i].numel;
+  if (most && !(ic.scratch = malloc(most * sizeof(float))))
+    return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes to initialise the model", most * sizeof(float));
   eng_layout_visit(&m->lo, init_tensor, &ic);
-  if (!m->poet.layers) return;
-  for (int l = 0; l < m->lo.n_layers; l++)
-    for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
-      eng_tensor t = eng_layout_layer_tensor(&m->lo, l, eng_poet_param[k]);
-      float *w = eng_model_tensor(m, l + 1, &t);
-      for (int i = 0; i < t.rows; i++) {
-        double sum = 0;
-        for (int j = 0; j < t.cols; j++) sum += (double)w[(size_t)i * t.cols + j] * w[(size_t)i * t.cols + j];
-        float inv = sum > 0 ? (float)(1.0 / sqrt(sum)) : 0.0f;
-        for (int j = 0; j < t.cols; j++) w[(size_t)i * t.cols + j] *= inv;
-      }
-    }
+  free(ic.scratch);
+  return 0;
 }
 
 int eng_model_state_parts(const eng_config *c, const eng_model_opts *o, eng_model_bytes *b) {
@@ -221,7 +280,8 @@ int eng_model_state_parts(const eng_config *c, const eng_model_opts *o, eng_mode
     eng_tensor ts[ENG_SHARD_MAX_TENSORS];
     int nt = shard_tensors(&lo, s, ts);
     size_t g_numel = shard_g_layout(&lo, s, ts, nt, o, g_off);
-    b->master += numel * sizeof(float);
+    int based = o->poet_base_bf16 && g_numel < numel; // then w packs as g does
+    b->master += based ? g_numel * sizeof(float) + numel * sizeof(uint16_t) : numel * sizeof(float);
     b->work += o->work_bf16 ? numel * sizeof(uint16_t) : 0;
     b->grad += g_numel * (shard_g_bf16(s, o) ? 2 : 4);
     for (int i = 0; i < nt; i++) {
@@ -233,6 +293,7 @@ int eng_model_state_parts(const eng_config *c, const eng_model_opts *o, eng_mode
     eng_poet_model pm;
     eng_err ignored;
     if (eng_poet_model_shape(&pm, &lo, o->poet_block, &ignored)) return -1;
+    pm.base_bf16 = o->poet_base_bf16;
     b->poet = eng_poet_model_bytes(&pm);
   }
   return 0;

@@ -16,7 +16,13 @@
 
 typedef struct eng_shard {
   size_t numel;
-  float *w;        // fp32 master weights
+  float *w;        // fp32 master weights: w_numel values, tensor i's at w_off[i] (its layout
+                   // offset, unless a bf16 base holds the frozen tensors: then the others'
+                   // are packed and the frozen are in base, SIZE_MAX)
+  size_t w_numel;
+  size_t w_off[ENG_SHARD_MAX_TENSORS];
+  uint16_t *base;  // POET-X with a bf16 base (eng_model_opts.poet_base_bf16): numel bf16
+                   // values, the frozen tensors' (W0, biases) at their layout offsets; else NULL
   void *g;         // gradient store, written by the backward's copy-out: g_numel values, tensor i's
                    // at g_off[i] (its layout offset, unless some tensors are frozen: then the
                    // others' are packed and the frozen have none, SIZE_MAX)
@@ -39,6 +45,8 @@ typedef struct eng_model_opts {
   int opt_fp32_embed_head; // fp32 moments for the embedding and lm_head
   int work_bf16;          // keep a bf16 working copy of every shard (the cuda backend)
   int poet_block;         // POET-X with this block size (poet/state.h); 0: every tensor trains
+  int poet_base_bf16;     // POET-X: its frozen tensors held in bf16 (half the bytes; a merge
+                          // rounds the new W0), not in the fp32 master; cpu backend only
 } eng_model_opts;
 
 typedef struct eng_model {
@@ -65,21 +73,31 @@ void eng_model_grad_get(const eng_model *m, int s, const eng_tensor *t, float *d
 // embedding ~ N(0, init_std), norm weights 1, biases 0. Each tensor draws
 // from its own RNG stream of the seed, so the result is independent of order.
 // Under POET-X the frozen W0 of the decoder layers then have each row scaled
-// to unit norm, as the method starts from scratch.
-void eng_model_init_random(eng_model *m, uint64_t seed);
+// to unit norm, as the method starts from scratch (and then rounded, in a
+// bf16 base). Fails only for the scratch a bf16 base needs.
+int eng_model_init_random(eng_model *m, uint64_t seed, eng_err *e);
 
 // Rewrites every working copy from the fp32 master (after init or a load;
 // updates keep it current themselves). Nothing to do without working copies.
 void eng_model_work_refresh(eng_model *m);
 
-// Pointer to tensor t of shard s inside the fp32 master weights.
+// Pointer to tensor t of shard s inside the fp32 master weights; NULL for a
+// tensor of a bf16 base.
 float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t);
+// Tensor t of shard s as fp32 values, wherever it is held (a bf16 base's
+// exactly widened; set rounds to nearest even there).
+void eng_model_tensor_get(const eng_model *m, int s, const eng_tensor *t, float *dst);
+void eng_model_tensor_set(eng_model *m, int s, const eng_tensor *t, const float *src);
+// Shard s whole in its layout's fp32 (numel values, each tensor at its
+// offset), as it streams, checkpoints and exports; and back.
+void eng_model_shard_get(const eng_model *m, int s, float *dst);
+void eng_model_shard_set(eng_model *m, int s, const float *src);
 
 // Host bytes of the model state of config c with options o, by part, as
 // eng_model_alloc would take them (computed without allocating): -1 when
 // the options do not fit the config (eng_model_alloc says why).
 typedef struct eng_model_bytes {
-  size_t master; // fp32 master weights (POET-X's frozen W0 among them)
+  size_t master; // fp32 master weights, and a bf16 base (POET-X: its frozen W0)
   size_t grad;   // gradient store (none for frozen tensors)
   size_t opt;    // optimizer moments (none for frozen tensors)
   size_t work;   // bf16 working copy (eng_model_opts.work_bf16)

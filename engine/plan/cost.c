@@ -45,7 +45,8 @@ static layer_work layer_fwd_work(const eng_config *c, const eng_layout *lo, doub
 // embedding's in fp32), pinned working copy, POET-X's state.
 static int host_state_bytes(const eng_config *c, const eng_profile *p, eng_plan_cost *k, eng_err *e) {
   eng_model_opts mo = {.grad_bf16 = p->grad_store_bytes == 2, .opt_fp32 = !p->opt_8bit,
-                       .work_bf16 = p->pinned_copy, .poet_block = p->poet_block};
+                       .work_bf16 = p->pinned_copy, .poet_block = p->poet_block,
+                       .poet_base_bf16 = p->poet_base_bf16};
   eng_model_bytes b;
   if (eng_model_state_parts(c, &mo, &b)) return eng_err_set(e, ENG_EINVAL, "plan: the model state does not fit");
   k->host_master = (double)b.master;

@@ -30,7 +30,7 @@ static const struct field {
     D(h2d, 0), D(d2h, 0), D(nvme_read, 0), D(nvme_write, 0),
     D(opt_params_per_s, 0), I(opt_inline),
     I(act_bytes), I(weight_bytes), I(grad_bytes), I(grad_store_bytes), I(pinned_copy), I(opt_8bit),
-    IO(poet_block, 65536), IO(poet_fast, 1), IO(poet_merge_every, 1 << 30), D(poet_flops, 1),
+    IO(poet_block, 65536), IO(poet_fast, 1), IO(poet_merge_every, 1 << 30), IO(poet_base_bf16, 1), D(poet_flops, 1),
     D(device_bytes, 0), D(device_reserve, 0), D(host_bytes, 0), D(host_reserve, 0),
     D(nvme_bytes, 0), D(device_act_bytes, 1), D(host_act_bytes, 1),
 #undef S

@@ -48,7 +48,8 @@ typedef struct eng_profile {
   // each chain's inner product kept for the backward (poet_fast) or
   // recomputed, the rotations merged every poet_merge_every steps (0: never
   // counted). 0: every weight trains with the optimizer above.
-  int poet_block, poet_fast, poet_merge_every;
+  // poet_base_bf16: its frozen W0 held in bf16 on the host.
+  int poet_block, poet_fast, poet_merge_every, poet_base_bf16;
   // POET-X's block rotations, [rows, b]·[b, b] products with the
   // permutation's gather before each: FLOP/s (0: gemm_flops' rate).
   double poet_flops;

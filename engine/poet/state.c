@@ -1,6 +1,8 @@
 // A model's POET-X state (state.h).
 #include "poet/state.h"
 
+#include "common/bf16.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,19 +153,29 @@ double eng_poet_model_grad(eng_poet_model *pm, int l, const float *drot, float *
   return sum;
 }
 
-size_t eng_poet_model_merge_floats(const eng_poet_model *pm) {
+// Floats of a merge's work, and of the largest weight (a bf16 base's W0
+// widens into the work beyond that).
+static size_t merge_floats(const eng_poet_model *pm, size_t *weight) {
   size_t most = 0;
+  *weight = 0;
   for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
-    size_t n = eng_poet_merge_work(pm->dim[k][1], pm->dim[k][0], pm->b);
+    size_t n = eng_poet_merge_work(pm->dim[k][1], pm->dim[k][0], pm->b), mn = (size_t)pm->dim[k][0] * pm->dim[k][1];
     if (n > most) most = n;
+    if (mn > *weight) *weight = mn;
   }
   return most;
 }
 
-double eng_poet_model_merge(eng_poet_model *pm, const eng_layout *lo, int l, float *w, uint64_t seed, int64_t merge,
-                            float *work) {
+size_t eng_poet_model_merge_floats(const eng_poet_model *pm) {
+  size_t weight, n = merge_floats(pm, &weight);
+  return n + (pm->base_bf16 ? weight : 0);
+}
+
+double eng_poet_model_merge(eng_poet_model *pm, const eng_layout *lo, int l, float *w, uint16_t *base, uint64_t seed,
+                            int64_t merge, float *work) {
   eng_poet_lstate *s = &pm->layers[l];
   double worst = 0;
+  size_t weight, plain = merge_floats(pm, &weight);
   for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
     const eng_tensor *t = &lo->layer_proto[eng_poet_param[k]];
     // The new permutations are drawn into the layer's own arrays by the
@@ -171,8 +183,12 @@ double eng_poet_model_merge(eng_poet_model *pm, const eng_layout *lo, int l, flo
     eng_rng r;
     eng_rng_seed(&r, seed, perm_stream(merge, l, k));
     int32_t *pin = s->perm + pm->perm_off[k][0], *pout = s->perm + pm->perm_off[k][1];
-    double err = eng_poet_merge(t->rows, t->cols, pm->b, w + t->off, s->theta + pm->theta_off[k][0],
+    size_t mn = (size_t)t->rows * t->cols;
+    float *W0 = base ? work + plain : w + t->off;
+    if (base) eng_bf16_to_f32_n(W0, base + t->off, mn, ENG_ISA_AUTO);
+    double err = eng_poet_merge(t->rows, t->cols, pm->b, W0, s->theta + pm->theta_off[k][0],
                                 s->theta + pm->theta_off[k][1], pin, pout, &r, work);
+    if (base) eng_bf16_from_f32_n(base + t->off, W0, mn, ENG_ISA_AUTO); // the new base, rounded
     if (err > worst) worst = err;
   }
   memset(s->m1, 0, pm->n_theta * sizeof *s->m1);

@@ -33,6 +33,7 @@ typedef struct eng_poet_lstate {
 
 typedef struct eng_poet_model {
   int b, n_layers;
+  int base_bf16;                                // the W0 are in bf16 (the merge widens and rounds them)
   size_t n_theta, n_perm;                       // per layer
   size_t theta_off[ENG_POET_WEIGHTS][2];        // in, out: offsets into a layer's θ
   size_t perm_off[ENG_POET_WEIGHTS][2];         // pin, pout
@@ -70,14 +71,15 @@ void eng_poet_model_layer(const eng_poet_model *pm, int l, const float *rot, flo
                           eng_poet_layer *out);
 // Layer l's θ gradient (g) from its dL/dR; returns Σ g² (in double).
 double eng_poet_model_grad(eng_poet_model *pm, int l, const float *drot, float *work);
-// Merge-then-reinitialise layer l (w: its layer shard's fp32 weights): every
-// weight's W0 becomes its effective weight under new permutations drawn for
-// (seed, merge, l), θ and its moments return to zero. Returns the largest
+// Merge-then-reinitialise layer l (w: its layer shard's fp32 weights, or
+// base: its bf16 base, where the W0 are then): every weight's W0 becomes its
+// effective weight under new permutations drawn for (seed, merge, l),
+// rounded to nearest even in a bf16 base; θ and its moments return to zero. Returns the largest
 // orthogonality error the merged rotations had (also kept in the layer's
 // state with the merge's number). work: eng_poet_model_merge_floats.
 size_t eng_poet_model_merge_floats(const eng_poet_model *pm);
-double eng_poet_model_merge(eng_poet_model *pm, const eng_layout *lo, int l, float *w, uint64_t seed, int64_t merge,
-                            float *work);
+double eng_poet_model_merge(eng_poet_model *pm, const eng_layout *lo, int l, float *w, uint16_t *base, uint64_t seed,
+                            int64_t merge, float *work);
 // Layer l's effective weights written over the W0 in w (a copy of its
 // shard): what an export writes.
 void eng_poet_model_effective(const eng_poet_model *pm, const eng_layout *lo, int l, float *w, float *work);

@@ -54,6 +54,9 @@ static void usage(FILE *f) {
           "                      --lr schedule)\n"
           "  --poet-memory       poetx: recompute each chain's inner product in the backward\n"
           "                      (less memory; default: keep it with the activations)\n"
+          "  --poet-base T       poetx: fp32 (default) or bf16: hold the frozen W0 in bf16,\n"
+          "                      as the published method does (2 bytes per parameter less;\n"
+          "                      loaded weights and each merge's new W0 are rounded)\n"
           "streaming:\n"
           "  --gpu N             train on CUDA device N (default: the cpu backend)\n"
           "  --cap MIB           device arena cap in MiB (default 1024; on a GPU, 0\n"
@@ -265,7 +268,7 @@ int main(int argc, char **argv) {
          O_DATA, O_EVAL, O_EVAL_EVERY, O_SEQ, O_BATCH, O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP,
          O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
          O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_PLAN, O_CALIBRATE, O_TIMELINE,
-         O_METHOD, O_POET_BLOCK, O_POET_MERGE, O_POET_LR, O_POET_MEMORY, O_HELP };
+         O_METHOD, O_POET_BLOCK, O_POET_MERGE, O_POET_LR, O_POET_MEMORY, O_POET_BASE, O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
       {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
@@ -281,7 +284,8 @@ int main(int argc, char **argv) {
       {"grad-fp32", 0, 0, O_GRAD32}, {"clip-lagged", 0, 0, O_LAGGED}, {"opt-thread", 0, 0, O_OPT_THREAD},
       {"gpu", 1, 0, O_GPU}, {"plan", 1, 0, O_PLAN}, {"calibrate", 1, 0, O_CALIBRATE}, {"timeline", 1, 0, O_TIMELINE},
       {"method", 1, 0, O_METHOD}, {"poet-block", 1, 0, O_POET_BLOCK}, {"poet-merge", 1, 0, O_POET_MERGE},
-      {"poet-lr", 1, 0, O_POET_LR}, {"poet-memory", 0, 0, O_POET_MEMORY}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+      {"poet-lr", 1, 0, O_POET_LR}, {"poet-memory", 0, 0, O_POET_MEMORY},
+      {"poet-base", 1, 0, O_POET_BASE}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
@@ -350,6 +354,13 @@ int main(int argc, char **argv) {
     case O_POET_MERGE: s.poet_merge_every = atoi(optarg); break;
     case O_POET_LR: s.poet_lr = strtof(optarg, NULL); break;
     case O_POET_MEMORY: s.poet_memory = 1; break;
+    case O_POET_BASE: {
+      static const char *const names[] = {"fp32", "bf16"};
+      int k = pick("poet-base", optarg, names, 2);
+      if (k < 0) return 2;
+      s.poet_base_bf16 = k;
+      break;
+    }
     case O_GRAD32: s.grad_dtype = ENG_GRAD_F32; break;
     case O_LAGGED: s.clip_lagged = 1; break;
     case O_OPT_THREAD: s.opt_thread = 1; break;
