@@ -533,6 +533,11 @@ static size_t poet_numel(const eng_poet_model *pm, int k, int side, int perm) {
   return perm ? (size_t)pm->dim[k][side] : (size_t)(pm->dim[k][side] / pm->b) * eng_poet_tri(pm->b);
 }
 
+void eng_debug_arena(const eng_run *r, const void **base, size_t *bytes) {
+  *base = r->dev->base;
+  *bytes = r->dev->reserved;
+}
+
 int eng_debug_poet_set(eng_run *r, const char *name, const void *src, size_t numel, eng_err *e) {
   int l, k, side, perm;
   if (poet_name(r, name, &l, &k, &side, &perm))

@@ -268,5 +268,8 @@ int eng_debug_param(eng_run *r, const char *name, char which, float *dst, size_t
 // ".pin" / ".pout" (int32 permutations, checked to be ones) of a run, e.g.
 // with a reference's.
 int eng_debug_poet_set(eng_run *r, const char *name, const void *src, size_t numel, eng_err *e);
+// The device arena's memory: on the cpu backend a region of this process
+// (which a measurement of host memory can leave out: a GPU holds it there).
+void eng_debug_arena(const eng_run *r, const void **base, size_t *bytes);
 
 #endif

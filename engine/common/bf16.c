@@ -76,16 +76,23 @@ int eng_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n, eng_isa isa) 
   return ENG_OK;
 }
 
-int eng_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n, eng_isa isa) {
-  widen_fn f = widen_scalar;
+// The widening path for isa, or NULL where it is not supported here.
+static widen_fn widen_of(eng_isa isa) {
   switch (eng_isa_resolve(isa)) {
-  case ENG_ISA_SCALAR: break;
+  case ENG_ISA_SCALAR: return widen_scalar;
 #if defined(__x86_64__)
-  case ENG_ISA_AVX2: f = widen_avx2; break;
-  case ENG_ISA_AVX512: f = widen_avx512; break;
+  case ENG_ISA_AVX2: return widen_avx2;
+  case ENG_ISA_AVX512: return widen_avx512;
 #endif
-  default: return ENG_ENOTSUP;
+  default: return NULL;
   }
+}
+
+void eng_bf16_to_f32_here(float *dst, const uint16_t *src, size_t n) { widen_of(ENG_ISA_AUTO)(dst, src, n); }
+
+int eng_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n, eng_isa isa) {
+  widen_fn f = widen_of(isa);
+  if (!f) return ENG_ENOTSUP;
   size_t nc = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
   for (size_t c = 0; c < nc; c++) {

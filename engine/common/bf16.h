@@ -39,6 +39,9 @@ static inline uint16_t eng_bf16_from_f32(float f) {
 int eng_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n, eng_isa isa);
 // dst[i] = eng_bf16_to_f32(src[i]) for i < n (exact); same isa rule.
 int eng_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n, eng_isa isa);
+// The same on the calling thread alone (the best path here): for a worker
+// beside compute, where a parallel team of its own would fight compute's.
+void eng_bf16_to_f32_here(float *dst, const uint16_t *src, size_t n);
 
 // Σ x[i]² in double for gradient norms over a bf16 gradient store. Same block
 // and lane structure as eng_k_sumsq (blocks of 4096 with 8 interleaved

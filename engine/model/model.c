@@ -182,7 +182,7 @@ float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t) {
 void eng_model_tensor_get(const eng_model *m, int s, const eng_tensor *t, float *dst) {
   const eng_shard *sh = &m->shards[s];
   size_t off = sh->w_off[tensor_index(sh, t)];
-  if (off == SIZE_MAX) eng_bf16_to_f32_n(dst, sh->base + t->off, t->numel, ENG_ISA_AUTO);
+  if (off == SIZE_MAX) eng_bf16_to_f32_here(dst, sh->base + t->off, t->numel); // on copy-in's worker, too
   else memcpy(dst, sh->w + off, t->numel * sizeof(float));
 }
 

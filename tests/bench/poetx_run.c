@@ -2,11 +2,13 @@
 //
 // bench_poetx_run train METHOD BLOCK PRESET STEPS BATCH SEQ DATA
 //   trains PRESET (traind-train's: demo, bench40m) on DATA with METHOD
-//   (adamw8, or poetx with rotation blocks of BLOCK) from seed 1 and prints
-//   "key value" lines: params, train_state (eng_train_state_bytes), host
-//   (eng_spec_host_bytes: what the run holds), peak_rss (measured, this
-//   process), tok_s (median over the steps after the first two), loss (the
-//   last step's), tokens.
+//   (adamw8, or poetx / poetx-bf16 with rotation blocks of BLOCK and an
+//   fp32 / bf16 base) from seed 1 and prints "key value" lines: params,
+//   train_state (eng_train_state_bytes), host (eng_spec_host_bytes: what
+//   the run holds), peak_rss (measured, this process), base_rss (resident
+//   before the run opened: libraries, runtime), arena_rss (the cpu
+//   backend's device arena resident at the end, mincore), tok_s (median
+//   over the steps after the first two), loss (the last step's), tokens.
 // bench_poetx_run largest BLOCK BATCH SEQ PROFILE
 //   for the dense Qwen3 shapes (0.6B .. 32B, their config.json's
 //   dimensions), per method, the host training state the planner counts on
@@ -19,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "engine.h"
@@ -38,12 +42,35 @@ static int preset(const char *name, eng_config *c) {
   return 0;
 }
 
+// adamw8, poetx (an fp32 base) or poetx-bf16 (a bf16 base).
 static void method_of(eng_spec *s, const char *method, int block) {
   s->optimizer = ENG_OPT_ADAMW8;
-  if (!strcmp(method, "poetx")) {
+  if (!strncmp(method, "poetx", 5)) {
     s->method = ENG_METHOD_POETX;
     s->poet_block = block;
+    s->poet_base_bf16 = !strcmp(method, "poetx-bf16");
   }
+}
+
+// This process's resident bytes now (/proc/self/statm).
+static size_t rss_now(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long long size = 0, res = 0;
+  if (f && fscanf(f, "%llu %llu", &size, &res) != 2) res = 0;
+  if (f) fclose(f);
+  return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+// Bytes of [base, base + bytes) resident in memory now.
+static size_t resident(const void *base, size_t bytes) {
+  long page = sysconf(_SC_PAGESIZE);
+  uintptr_t lo = (uintptr_t)base & ~(uintptr_t)(page - 1), hi = (uintptr_t)base + bytes;
+  size_t pages = (hi - lo + (size_t)page - 1) / (size_t)page, n = 0;
+  unsigned char *v = malloc(pages ? pages : 1);
+  if (v && mincore((void *)lo, hi - lo, v) == 0)
+    for (size_t i = 0; i < pages; i++) n += v[i] & 1;
+  free(v);
+  return n * (size_t)page;
 }
 
 static int train(int argc, char **argv) {
@@ -65,7 +92,7 @@ static int train(int argc, char **argv) {
   s.poet_merge_every = 50;
   s.device_cap = (size_t)4 << 30;
   eng_err e = {0};
-  size_t host;
+  size_t host, base_rss = rss_now(); // the libraries and the runtime, before any of the run
   eng_run *r;
   if (eng_spec_host_bytes(&s, &host, &e) || eng_open(&s, &r, &e)) {
     fprintf(stderr, "bench_poetx_run: %s\n", e.msg);
@@ -84,9 +111,13 @@ static int train(int argc, char **argv) {
   }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("params %zu\ntrain_state %zu\nhost %zu\npeak_rss %lld\ntok_s %.1f\nloss %.6f\ntokens %lld\n",
-         eng_param_count(r), eng_train_state_bytes(r), host, (long long)ru.ru_maxrss * 1024, bench_median(tps, n), loss,
-         (long long)steps * s.batch * s.seq_len);
+  const void *arena;
+  size_t arena_bytes;
+  eng_debug_arena(r, &arena, &arena_bytes);
+  printf("params %zu\ntrain_state %zu\nhost %zu\npeak_rss %lld\nbase_rss %zu\narena_rss %zu\ntok_s %.1f\nloss %.6f\n"
+         "tokens %lld\n",
+         eng_param_count(r), eng_train_state_bytes(r), host, (long long)ru.ru_maxrss * 1024, base_rss,
+         resident(arena, arena_bytes), bench_median(tps, n), loss, (long long)steps * s.batch * s.seq_len);
   free(tps);
   eng_close(r);
   return 0;
@@ -122,8 +153,8 @@ static int largest(int argc, char **argv) {
   size_t avail = mem_available();
   prof.host_bytes = (double)avail;
   prof.host_reserve = 0;
-  const char *methods[] = {"adamw8", "poetx"};
-  for (int k = 0; k < 2; k++) {
+  const char *methods[] = {"adamw8", "poetx", "poetx-bf16"};
+  for (int k = 0; k < 3; k++) {
     int best = -1;
     for (size_t i = 0; i < sizeof q3 / sizeof q3[0]; i++) {
       eng_spec s;
