@@ -112,21 +112,9 @@ void eng_poet_backward(const eng_poet_weight *w, int T, const float *x, int ldx,
   eng_poet_scatter(T, w->n, w->pin, u, w->n, dx, lddx, add);
 }
 
-// W[i, pin[c]] = (diag(R_out)ᵀ · W0 · diag(R_in)ᵀ)[pout[i], c]: the chain's
-// products moved onto the weight.
 void eng_poet_effective(const eng_poet_weight *w, float *W, float *work) {
-  int m = w->m, n = w->n, b = w->b;
-  for (int k = 0; k < m / b; k++) // block row k: R_out[k]ᵀ · W0[kb.., :]
-    eng_k_sgemm(1, 0, b, n, b, w->Rout + (size_t)k * b * b, b, w->W0 + (size_t)k * b * n, n, 0.0f,
-                work + (size_t)k * b * n, n);
-  float *W2 = W; // · diag(R_in)ᵀ into W, then permuted in place below
-  eng_poet_rotate(m, n, b, work, n, w->Rin, 1, W2, n);
-  memcpy(work, W2, (size_t)m * n * sizeof *work);
-  for (int i = 0; i < m; i++) {
-    const float *src = work + (size_t)w->pout[i] * n;
-    float *dst = W + (size_t)i * n;
-    for (int c = 0; c < n; c++) dst[w->pin[c]] = src[c];
-  }
+  memcpy(W, w->W0, (size_t)w->m * w->n * sizeof *W);
+  eng_poet_effective_here(w->m, w->n, w->b, W, w->pin, w->pout, w->Rin, w->Rout, work);
 }
 
 void eng_poet_rebase(int m, int n, const float *W, const int32_t *pin, const int32_t *pout, float *W0) {

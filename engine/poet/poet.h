@@ -90,8 +90,9 @@ void eng_poet_forward(const eng_poet_weight *w, int T, const float *x, int ldx, 
 void eng_poet_backward(const eng_poet_weight *w, int T, const float *x, int ldx, const float *z, const float *dy,
                        int lddy, float *dx, int lddx, int add, float *dRin, float *dRout, float *work);
 
-// The effective weight W [m, n] (y = x·Wᵀ + bias), which an export writes.
-// work: m·n floats.
+// The effective weight W [m, n] (y = x·Wᵀ + bias), which an export writes:
+// W[i, pin[c]] = (diag(R_out)ᵀ · W0 · diag(R_in)ᵀ)[pout[i], c], the chain's
+// products moved onto the weight. work: eng_poet_effective_work floats.
 void eng_poet_effective(const eng_poet_weight *w, float *W, float *work);
 // W0 [m, n] that computes W with every R = I under the permutations pin,
 // pout: the merge's new base (W0[pout[i], c] = W[i, pin[c]]).
@@ -114,17 +115,28 @@ typedef struct eng_poet_layer {
 // weight's (in = out dims of d_model, d_ff and the attention's widths).
 size_t eng_poet_layer_work(int d, int ff, int qd, int kvd, int n);
 
+// The effective weight written over W0 [m, n] in place (the rotations
+// rin, rout from eng_poet_cayley): eng_poet_effective's values, but for a
+// block row of products and two rows of work. work: eng_poet_effective_work.
+static inline size_t eng_poet_effective_work(int m, int n, int b) {
+  return (size_t)b * n + 2 * (size_t)n + (size_t)(m + n) + (size_t)m / 4 + 1;
+}
+void eng_poet_effective_here(int m, int n, int b, float *W, const int32_t *pin, const int32_t *pout, const float *rin,
+                             const float *rout, float *work);
+
 // Merge-then-reinitialise one weight: W0 becomes its effective weight,
 // placed under new permutations drawn from rng, and θ (both sides) returns
 // to zero, so the layer computes what it computed before. The caller resets
 // the θ's Adam moments and step count. theta_in [n/b][tri(b)], theta_out
-// [m/b][tri(b)]. Returns the orthogonality error the merged rotations had
-// (the larger side's, eng_poet_orth_err). work: eng_poet_merge_work floats.
+// [m/b][tri(b)]. base NULL: W0 is rebased in place; else the new W0 goes to
+// base [m, n] rounded to bf16, and W0 (the old one widened) is scratch.
+// Returns the orthogonality error the merged rotations had (the larger
+// side's, eng_poet_orth_err). work: eng_poet_merge_work floats.
 static inline size_t eng_poet_merge_work(int m, int n, int b) {
-  return (size_t)(m + n) * (size_t)b + 2 * (size_t)m * n + 2 * (size_t)b * b;
+  return (size_t)(m + n) * (size_t)b + 2 * (size_t)b * b + eng_poet_effective_work(m, n, b);
 }
-double eng_poet_merge(int m, int n, int b, float *W0, float *theta_in, float *theta_out, int32_t *pin, int32_t *pout,
-                      eng_rng *rng, float *work);
+double eng_poet_merge(int m, int n, int b, float *W0, uint16_t *base, float *theta_in, float *theta_out, int32_t *pin,
+                      int32_t *pout, eng_rng *rng, float *work);
 
 // The gradient-clipping threshold's factor for the update after `step`
 // updates with merges every merge_every: 0.1 right after a merge, rising

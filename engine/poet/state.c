@@ -186,9 +186,8 @@ double eng_poet_model_merge(eng_poet_model *pm, const eng_layout *lo, int l, flo
     size_t mn = (size_t)t->rows * t->cols;
     float *W0 = base ? work + plain : w + t->off;
     if (base) eng_bf16_to_f32_n(W0, base + t->off, mn, ENG_ISA_AUTO);
-    double err = eng_poet_merge(t->rows, t->cols, pm->b, W0, s->theta + pm->theta_off[k][0],
-                                s->theta + pm->theta_off[k][1], pin, pout, &r, work);
-    if (base) eng_bf16_from_f32_n(base + t->off, W0, mn, ENG_ISA_AUTO); // the new base, rounded
+    double err = eng_poet_merge(t->rows, t->cols, pm->b, W0, base ? base + t->off : NULL,
+                                s->theta + pm->theta_off[k][0], s->theta + pm->theta_off[k][1], pin, pout, &r, work);
     if (err > worst) worst = err;
   }
   memset(s->m1, 0, pm->n_theta * sizeof *s->m1);
@@ -203,13 +202,10 @@ void eng_poet_model_effective(const eng_poet_model *pm, const eng_layout *lo, in
   for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
     const eng_tensor *t = &lo->layer_proto[eng_poet_param[k]];
     int m = t->rows, n = t->cols, b = pm->b;
-    float *rin = work, *rout = rin + (size_t)n * b, *W = rout + (size_t)m * b, *scratch = W + (size_t)m * n,
-          *cw = scratch + (size_t)m * n;
+    float *rin = work, *rout = rin + (size_t)n * b, *cw = rout + (size_t)m * b;
     eng_poet_cayley(n / b, b, s->theta + pm->theta_off[k][0], rin, cw);
     eng_poet_cayley(m / b, b, s->theta + pm->theta_off[k][1], rout, cw);
-    eng_poet_weight pw = {m, n, b, w + t->off, NULL, s->perm + pm->perm_off[k][0], s->perm + pm->perm_off[k][1], rin,
-                          rout};
-    eng_poet_effective(&pw, W, scratch);
-    memcpy(w + t->off, W, (size_t)m * n * sizeof *W);
+    eng_poet_effective_here(m, n, b, w + t->off, s->perm + pm->perm_off[k][0], s->perm + pm->perm_off[k][1], rin, rout,
+                            cw + 2 * (size_t)b * b);
   }
 }

@@ -117,7 +117,7 @@ int main(void) {
       rotations(&st, cw);
       eng_poet_weight wb = weight_of(&st);
       eng_poet_effective(&wb, before, ew);
-      double e = eng_poet_merge(M, N, B, st.W0, st.theta, st.theta + (N / B) * tri, st.pin, st.pout, &rng, merge_work);
+      double e = eng_poet_merge(M, N, B, st.W0, NULL, st.theta, st.theta + (N / B) * tri, st.pin, st.pout, &rng, merge_work);
       up *= 1 + e;
       down *= 1 - e;
       memset(m1, 0, sizeof m1);
