@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda.h"
+#include "common/bf16.h"
 #include "common/clock.h"
 #include "data/data.h"
 #include "exec/exec.h"
@@ -23,7 +24,9 @@
 // a version 2 checkpoint of a model without those biases has the same bytes.
 // A POET-X run's checkpoints are version 4: the same layout plus its state,
 // which an older traind must not read as a plain model.
-enum { MAX_NONFINITE_STREAK = 3, META_VERSION = 3, META_VERSION_POET = 4 };
+// POET-X checkpoints are version 5 (4: θ's moments were fp32 beside θ,
+// before they took the run's optimizer state; refused by name).
+enum { MAX_NONFINITE_STREAK = 3, META_VERSION = 3, META_VERSION_POET_FP32_MOMENTS = 4, META_VERSION_POET = 5 };
 
 struct eng_run {
   eng_spec spec;          // strings below are owned copies
@@ -565,7 +568,10 @@ int eng_debug_param(eng_run *r, const char *name, char which, float *dst, size_t
       return eng_err_set(e, ENG_EINVAL, "\"%s\" has %zu values, not %zu", name, poet_numel(pm, k, side, 0), numel);
     eng_exec_quiesce(r->exec);
     const eng_poet_lstate *st = &pm->layers[l];
-    memcpy(dst, (which == 'g' ? st->g : st->theta) + pm->theta_off[k][side], numel * sizeof(float));
+    size_t off = pm->theta_off[k][side];
+    if (which != 'g') memcpy(dst, st->theta + off, numel * sizeof(float));
+    else if (pm->g_bf16) eng_bf16_to_f32_n(dst, (const uint16_t *)st->g + off, numel, ENG_ISA_AUTO);
+    else memcpy(dst, (const float *)st->g + off, numel * sizeof(float));
     return 0;
   }
   if (eng_layout_find(&r->model.lo, name, &shard, &t))
@@ -611,8 +617,9 @@ static void meta_fill(const eng_run *r, int64_t *mt) {
 // A checkpoint's shard names, known here only: "w.<shard>" holds a layout
 // shard's fp32 weights, "o.<shard>.<tensor>" a tensor's optimizer state.
 // POET-X runs add "poet" (int64 block size and merge interval), and per
-// layer "poet.<layer>" (θ, then its two Adam moments: fp32) and
-// "perm.<layer>" (the permutations: int32), in poet/state.h's layout.
+// layer "poet.<layer>" (θ: fp32), "poet_o.<layer>" (θ's optimizer state,
+// its region's raw bytes as "o.*") and "perm.<layer>" (the permutations:
+// int32), in poet/state.h's layout.
 static const char *weights_name(char buf[32], int shard) {
   snprintf(buf, 32, "w.%d", shard);
   return buf;
@@ -625,7 +632,9 @@ static int poet_save(const eng_run *r, const eng_store *st, eng_err *e) {
   for (int l = 0; !rc && l < pm->n_layers; l++) {
     char name[32];
     snprintf(name, sizeof name, "poet.%d", l);
-    rc = st->ckpt_put(st->ctx, name, pm->layers[l].theta, 3 * pm->n_theta * sizeof(float), e); // θ, m1, m2
+    rc = st->ckpt_put(st->ctx, name, pm->layers[l].theta, pm->n_theta * sizeof(float), e);
+    snprintf(name, sizeof name, "poet_o.%d", l);
+    if (!rc) rc = st->ckpt_put(st->ctx, name, pm->layers[l].opt.mem, pm->layers[l].opt.bytes, e);
     snprintf(name, sizeof name, "perm.%d", l);
     if (!rc) rc = st->ckpt_put(st->ctx, name, pm->layers[l].perm, pm->n_perm * sizeof(int32_t), e);
   }
@@ -633,8 +642,8 @@ static int poet_save(const eng_run *r, const eng_store *st, eng_err *e) {
 }
 
 // The POET-X state of a checkpoint: its block size and merge interval (in
-// meta), and with pm shaped for it, θ and moments (theta3: 3·n_theta floats
-// per layer, NULL: into pm's state) and permutations into pm.
+// meta), and with pm shaped for it, θ and permutations (poet_read; an
+// export needs no more) and θ's optimizer state (poet_read_opt).
 static int poet_meta(const eng_store *st, int64_t step, int64_t meta[2], eng_err *e) {
   size_t n;
   int rc = st->ckpt_size(st->ctx, step, "poet", &n, e);
@@ -648,11 +657,24 @@ static int poet_read(const eng_store *st, int64_t step, eng_poet_model *pm, eng_
   for (int l = 0; !rc && l < pm->n_layers; l++) {
     char name[32];
     snprintf(name, sizeof name, "poet.%d", l);
-    rc = st->ckpt_get(st->ctx, step, name, pm->layers[l].theta, 3 * pm->n_theta * sizeof(float), e);
+    rc = st->ckpt_get(st->ctx, step, name, pm->layers[l].theta, pm->n_theta * sizeof(float), e);
     snprintf(name, sizeof name, "perm.%d", l);
     if (!rc) rc = st->ckpt_get(st->ctx, step, name, pm->layers[l].perm, pm->n_perm * sizeof(int32_t), e);
     if (!rc && !eng_poet_model_perms_ok(pm, l))
       rc = eng_err_set(e, ENG_EINVAL, "layer %d's permutations are corrupt", l);
+  }
+  return rc;
+}
+
+static int poet_read_opt(const eng_store *st, int64_t step, eng_poet_model *pm, eng_err *e) {
+  int rc = 0;
+  for (int l = 0; !rc && l < pm->n_layers; l++) {
+    char name[32];
+    eng_adamw8_state *o = &pm->layers[l].opt;
+    snprintf(name, sizeof name, "poet_o.%d", l);
+    rc = st->ckpt_get(st->ctx, step, name, o->mem, o->bytes, e); // read in place, then vetted
+    if (!rc) rc = eng_adamw8_state_restore(o, o->mem, o->bytes, e);
+    if (rc) eng_err_prefix(e, "layer %d's optimizer state: ", l);
   }
   return rc;
 }
@@ -704,6 +726,10 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
   int64_t mt[META_COUNT], want[META_COUNT];
   if ((rc = st->ckpt_get(st->ctx, step, "meta", mt, sizeof mt, e))) return rc;
   meta_fill(r, want);
+  if (mt[META_MAGIC] == META_MAGIC_VALUE && mt[META_VER] == META_VERSION_POET_FP32_MOMENTS)
+    return eng_err_set(e, ENG_EINVAL, "checkpoint at step %lld: a POET-X checkpoint of an older traind (version 4, "
+                       "whose θ moments this version does not read); export it with that version and import the "
+                       "model", (long long)step);
   if (mt[META_MAGIC] == META_MAGIC_VALUE && (mt[META_VER] == META_VERSION_POET) != (want[META_VER] == META_VERSION_POET))
     return eng_err_set(e, ENG_ESTATE, "checkpoint at step %lld was written by a run %s method poetx, this run %s",
                        (long long)step, mt[META_VER] == META_VERSION_POET ? "with" : "without",
@@ -746,6 +772,7 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
                        "run %d and %d", (long long)step, (long long)pmeta[0], (long long)pmeta[1], r->model.poet.b,
                        r->spec.poet_merge_every);
     if (!rc) rc = poet_read(st, step, &r->model.poet, e);
+    if (!rc) rc = poet_read_opt(st, step, &r->model.poet, e);
     if (rc) eng_err_prefix(e, "checkpoint at step %lld, POET-X state: ", (long long)step);
   }
   if (rc) return rc;
@@ -836,6 +863,9 @@ int eng_ckpt_export_hf(const eng_store *st, int64_t step, const eng_config *c, c
   if (!ws && !rc) rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate %d shard pointers", lo.n_shards);
   for (int i = 0; ws && i < lo.n_shards; i++) ws[i] = w[i];
   if (!rc) rc = st->ckpt_get(st->ctx, step, "meta", mt, sizeof mt, e);
+  if (!rc && mt[META_VER] == META_VERSION_POET_FP32_MOMENTS)
+    rc = eng_err_set(e, ENG_EINVAL, "checkpoint at step %lld: a POET-X checkpoint of an older traind (version 4); "
+                     "export it with that version", (long long)step);
   if (!rc && mt[META_VER] == META_VERSION_POET) {
     int64_t pmeta[2];
     rc = poet_meta(st, step, pmeta, e);

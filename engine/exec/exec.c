@@ -333,8 +333,10 @@ static int gslot_end(eng_exec *x, int i, int shard, eng_err *e) {
 static void opt_poet(eng_exec *x, int l, const eng_exec_update *u) {
   eng_poet_model *pm = &x->m->poet;
   eng_poet_lstate *s = &pm->layers[l];
-  eng_adamw_update(s->theta, s->g, s->m1, s->m2, pm->n_theta, u->poet_lr, 0.0f, u->beta1, u->beta2, 1e-6f,
-                   u->clip_scale, u->poet_t);
+  eng_adamw8_hparams h = {u->poet_lr, 0.0f, u->beta1, u->beta2, 1e-6f, u->clip_scale, u->poet_t};
+  eng_adamw8_io io = {.w = s->theta, .g = s->g, .g_type = pm->g_bf16 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32};
+  eng_err ignored; // the arguments are built here: an error would be a bug caught by the tests
+  eng_adamw8_update(&s->opt, &io, &h, ENG_ISA_AUTO, NULL, &ignored);
   if (u->poet_merge > 0)
     eng_poet_model_merge(pm, &x->m->lo, l, x->m->shards[l + 1].w, x->m->shards[l + 1].base, u->seed, u->poet_merge,
                          pm->merge_work);

@@ -46,7 +46,7 @@ static size_t poet_own_floats(const eng_config *c, const eng_exec_policy *p, siz
   const int n = p->batch / p->micro_batches * p->seq_len;
   *rot = eng_poet_model_rot_floats(&pm);
   *work = eng_poet_layer_work(c->d_model, c->d_ff, c->n_heads * c->head_dim, c->n_kv_heads * c->head_dim, n);
-  return 3 * *rot + *work + 6 * (size_t)p->poet_block * p->poet_block;
+  return 3 * *rot + *work + eng_poet_model_grad_floats(p->poet_block);
 }
 
 int eng_exec_cpu_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e) {

@@ -76,6 +76,13 @@ static size_t shard_g_layout(const eng_layout *lo, int s, const eng_tensor *ts, 
   return at;
 }
 
+// How POET-X's state is held: θ's gradients in the store's dtype, its
+// moments as the other tensors' (8-bit, or fp32).
+static void poet_opts(eng_poet_model *pm, const eng_model_opts *o) {
+  pm->g_bf16 = o->grad_bf16;
+  pm->opt_opts = (eng_adamw8_opts){.min_quant_numel = o->opt_min_quant, .fp32_state = o->opt_fp32};
+}
+
 static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e) {
   const eng_layout *lo = &m->lo;
   eng_shard *sh = &m->shards[s];
@@ -113,7 +120,7 @@ int eng_model_alloc(eng_model *m, const eng_config *c, const eng_model_opts *o, 
   eng_layout_init(&m->lo, c);
   if (o->poet_block) {
     int rc = eng_poet_model_shape(&m->poet, &m->lo, o->poet_block, e);
-    m->poet.base_bf16 = o->poet_base_bf16;
+    poet_opts(&m->poet, o);
     if (!rc) rc = eng_poet_model_alloc(&m->poet, e);
     if (rc) {
       eng_poet_model_free(&m->poet);
@@ -293,7 +300,7 @@ int eng_model_state_parts(const eng_config *c, const eng_model_opts *o, eng_mode
     eng_poet_model pm;
     eng_err ignored;
     if (eng_poet_model_shape(&pm, &lo, o->poet_block, &ignored)) return -1;
-    pm.base_bf16 = o->poet_base_bf16;
+    poet_opts(&pm, o);
     b->poet = eng_poet_model_bytes(&pm);
   }
   return 0;

@@ -119,7 +119,7 @@ size_t eng_poet_layer_work(int d, int ff, int qd, int kvd, int n);
 // rin, rout from eng_poet_cayley): eng_poet_effective's values, but for a
 // block row of products and two rows of work. work: eng_poet_effective_work.
 static inline size_t eng_poet_effective_work(int m, int n, int b) {
-  return (size_t)b * n + 2 * (size_t)n + (size_t)(m + n) + (size_t)m / 4 + 1;
+  return (size_t)b * n + (size_t)n + (size_t)(m + n) + (size_t)m / 4 + 1;
 }
 void eng_poet_effective_here(int m, int n, int b, float *W, const int32_t *pin, const int32_t *pout, const float *rin,
                              const float *rout, float *work);
@@ -128,12 +128,13 @@ void eng_poet_effective_here(int m, int n, int b, float *W, const int32_t *pin, 
 // placed under new permutations drawn from rng, and θ (both sides) returns
 // to zero, so the layer computes what it computed before. The caller resets
 // the θ's Adam moments and step count. theta_in [n/b][tri(b)], theta_out
-// [m/b][tri(b)]. base NULL: W0 is rebased in place; else the new W0 goes to
-// base [m, n] rounded to bf16, and W0 (the old one widened) is scratch.
-// Returns the orthogonality error the merged rotations had (the larger
-// side's, eng_poet_orth_err). work: eng_poet_merge_work floats.
+// [m/b][tri(b)]. W0 [m, n] in fp32, or (W0 NULL) base [m, n] in bf16, the
+// new one rounded to nearest even. In place but for two block rows and a
+// row of work. Returns the orthogonality error the merged rotations had (the
+// larger side's, eng_poet_orth_err). work: eng_poet_merge_work floats.
 static inline size_t eng_poet_merge_work(int m, int n, int b) {
-  return (size_t)(m + n) * (size_t)b + 2 * (size_t)b * b + eng_poet_effective_work(m, n, b);
+  return (size_t)(m + n) * (size_t)b + 2 * (size_t)b * b + 2 * (size_t)b * n + (size_t)n + 2 * (size_t)(m + n) +
+         (size_t)m / 4 + 1;
 }
 double eng_poet_merge(int m, int n, int b, float *W0, uint16_t *base, float *theta_in, float *theta_out, int32_t *pin,
                       int32_t *pout, eng_rng *rng, float *work);

@@ -35,8 +35,9 @@ int eng_poet_model_shape(eng_poet_model *pm, const eng_layout *lo, int b, eng_er
 }
 
 size_t eng_poet_model_bytes(const eng_poet_model *pm) {
-  return (size_t)pm->n_layers * (4 * pm->n_theta * sizeof(float) + pm->n_perm * sizeof(int32_t)) +
-         eng_poet_model_merge_floats(pm) * sizeof(float);
+  size_t layer = pm->n_theta * (sizeof(float) + (pm->g_bf16 ? sizeof(uint16_t) : sizeof(float))) +
+                 eng_adamw8_state_bytes(pm->n_theta, &pm->opt_opts) + pm->n_perm * sizeof(int32_t);
+  return (size_t)pm->n_layers * layer + eng_poet_model_merge_floats(pm) * sizeof(float);
 }
 
 int eng_poet_model_alloc(eng_poet_model *pm, eng_err *e) {
@@ -45,14 +46,14 @@ int eng_poet_model_alloc(eng_poet_model *pm, eng_err *e) {
   if (!pm->layers || !pm->merge_work) return eng_err_set(e, ENG_ENOMEM, "cannot allocate the POET-X layer table");
   for (int l = 0; l < pm->n_layers; l++) {
     eng_poet_lstate *s = &pm->layers[l];
-    float *f = calloc(4 * pm->n_theta + 1, sizeof(float));
+    s->theta = calloc(pm->n_theta + 1, sizeof(float));
+    s->g = calloc(pm->n_theta + 1, pm->g_bf16 ? sizeof(uint16_t) : sizeof(float));
     s->perm = malloc((pm->n_perm + 1) * sizeof(int32_t));
-    if (!f || !s->perm) {
-      free(f);
+    if (!s->theta || !s->g || !s->perm)
       return eng_err_set(e, ENG_ENOMEM, "cannot allocate layer %d's POET-X state (%zu bytes)", l,
                          eng_poet_model_bytes(pm) / (size_t)pm->n_layers);
-    }
-    s->theta = f, s->m1 = f + pm->n_theta, s->m2 = f + 2 * pm->n_theta, s->g = f + 3 * pm->n_theta;
+    int rc = eng_adamw8_state_init(&s->opt, pm->n_theta, &pm->opt_opts, NULL, e);
+    if (rc) return rc;
     for (int k = 0; k < ENG_POET_WEIGHTS; k++)
       for (int side = 0; side < 2; side++)
         for (int i = 0; i < pm->dim[k][side]; i++) s->perm[pm->perm_off[k][side] + (size_t)i] = i;
@@ -63,8 +64,10 @@ int eng_poet_model_alloc(eng_poet_model *pm, eng_err *e) {
 void eng_poet_model_free(eng_poet_model *pm) {
   if (pm->layers)
     for (int l = 0; l < pm->n_layers; l++) {
-      free(pm->layers[l].theta); // the one allocation of θ, m1, m2, g
+      free(pm->layers[l].theta);
+      free(pm->layers[l].g);
       free(pm->layers[l].perm);
+      eng_adamw8_state_free(&pm->layers[l].opt);
     }
   free(pm->layers);
   free(pm->merge_work);
@@ -143,39 +146,46 @@ void eng_poet_model_layer(const eng_poet_model *pm, int l, const float *rot, flo
 
 double eng_poet_model_grad(eng_poet_model *pm, int l, const float *drot, float *work) {
   eng_poet_lstate *s = &pm->layers[l];
-  memset(s->g, 0, pm->n_theta * sizeof *s->g);
+  const int b = pm->b;
+  const size_t tri = eng_poet_tri(b), bb = (size_t)b * b;
+  float *g32 = s->g, *blk = work + 6 * bb; // a block's dθ on its way into a bf16 store
+  uint16_t *g16 = s->g;
+  if (!pm->g_bf16) memset(g32, 0, pm->n_theta * sizeof *g32);
   for (int k = 0; k < ENG_POET_WEIGHTS; k++)
-    for (int side = 0; side < 2; side++)
-      eng_poet_cayley_bwd(pm->dim[k][side] / pm->b, pm->b, s->theta + pm->theta_off[k][side],
-                          drot + rot_off(pm, k, side), s->g + pm->theta_off[k][side], work);
+    for (int side = 0; side < 2; side++) {
+      size_t off = pm->theta_off[k][side];
+      const float *dr = drot + rot_off(pm, k, side);
+      if (!pm->g_bf16) {
+        eng_poet_cayley_bwd(pm->dim[k][side] / b, b, s->theta + off, dr, g32 + off, work);
+        continue;
+      }
+      for (int q = 0; q < pm->dim[k][side] / b; q++) { // block by block: the same values
+        memset(blk, 0, tri * sizeof *blk);
+        eng_poet_cayley_bwd(1, b, s->theta + off + q * tri, dr + q * bb, blk, work);
+        eng_bf16_from_f32_n(g16 + off + q * tri, blk, tri, ENG_ISA_AUTO);
+      }
+    }
   double sum = 0;
-  for (size_t i = 0; i < pm->n_theta; i++) sum += (double)s->g[i] * s->g[i];
+  for (size_t i = 0; i < pm->n_theta; i++) {
+    double v = pm->g_bf16 ? (double)eng_bf16_to_f32(g16[i]) : (double)g32[i];
+    sum += v * v;
+  }
   return sum;
 }
 
-// Floats of a merge's work, and of the largest weight (a bf16 base's W0
-// widens into the work beyond that).
-static size_t merge_floats(const eng_poet_model *pm, size_t *weight) {
+size_t eng_poet_model_merge_floats(const eng_poet_model *pm) {
   size_t most = 0;
-  *weight = 0;
   for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
-    size_t n = eng_poet_merge_work(pm->dim[k][1], pm->dim[k][0], pm->b), mn = (size_t)pm->dim[k][0] * pm->dim[k][1];
+    size_t n = eng_poet_merge_work(pm->dim[k][1], pm->dim[k][0], pm->b);
     if (n > most) most = n;
-    if (mn > *weight) *weight = mn;
   }
   return most;
-}
-
-size_t eng_poet_model_merge_floats(const eng_poet_model *pm) {
-  size_t weight, n = merge_floats(pm, &weight);
-  return n + (pm->base_bf16 ? weight : 0);
 }
 
 double eng_poet_model_merge(eng_poet_model *pm, const eng_layout *lo, int l, float *w, uint16_t *base, uint64_t seed,
                             int64_t merge, float *work) {
   eng_poet_lstate *s = &pm->layers[l];
   double worst = 0;
-  size_t weight, plain = merge_floats(pm, &weight);
   for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
     const eng_tensor *t = &lo->layer_proto[eng_poet_param[k]];
     // The new permutations are drawn into the layer's own arrays by the
@@ -183,15 +193,11 @@ double eng_poet_model_merge(eng_poet_model *pm, const eng_layout *lo, int l, flo
     eng_rng r;
     eng_rng_seed(&r, seed, perm_stream(merge, l, k));
     int32_t *pin = s->perm + pm->perm_off[k][0], *pout = s->perm + pm->perm_off[k][1];
-    size_t mn = (size_t)t->rows * t->cols;
-    float *W0 = base ? work + plain : w + t->off;
-    if (base) eng_bf16_to_f32_n(W0, base + t->off, mn, ENG_ISA_AUTO);
-    double err = eng_poet_merge(t->rows, t->cols, pm->b, W0, base ? base + t->off : NULL,
+    double err = eng_poet_merge(t->rows, t->cols, pm->b, base ? NULL : w + t->off, base ? base + t->off : NULL,
                                 s->theta + pm->theta_off[k][0], s->theta + pm->theta_off[k][1], pin, pout, &r, work);
     if (err > worst) worst = err;
   }
-  memset(s->m1, 0, pm->n_theta * sizeof *s->m1);
-  memset(s->m2, 0, pm->n_theta * sizeof *s->m2);
+  memset(s->opt.mem, 0, s->opt.bytes); // zero moments (eng_adamw8_state_init's state)
   s->merged = merge;
   s->merge_err = worst;
   return worst;

@@ -17,6 +17,7 @@
 #include "common/err.h"
 #include "common/rng.h"
 #include "model/layout.h"
+#include "optim/adamw8.h"
 #include "poet/poet.h"
 
 // The layer parameter of each POET weight, and its bias (ENG_P_LAYER_COUNT:
@@ -25,7 +26,9 @@ extern const eng_layer_param eng_poet_param[ENG_POET_WEIGHTS];
 extern const eng_layer_param eng_poet_bias[ENG_POET_WEIGHTS];
 
 typedef struct eng_poet_lstate {
-  float *theta, *m1, *m2, *g; // [n_theta] each
+  float *theta;               // [n_theta]
+  void *g;                    // [n_theta] gradients: bf16 bits (uint16_t) when g_bf16, else fp32
+  eng_adamw8_state opt;       // θ's Adam moments (8-bit or fp32, as the model's options say)
   int32_t *perm;              // [n_perm]
   int64_t merged;             // the number of the last merge (0: none yet)
   double merge_err;           // the largest orthogonality error that merge folded in
@@ -33,7 +36,8 @@ typedef struct eng_poet_lstate {
 
 typedef struct eng_poet_model {
   int b, n_layers;
-  int base_bf16;                                // the W0 are in bf16 (the merge widens and rounds them)
+  int g_bf16;                                   // θ's gradients are stored in bf16
+  eng_adamw8_opts opt_opts;                     // θ's moments: 8-bit, or fp32 (fp32_state)
   size_t n_theta, n_perm;                       // per layer
   size_t theta_off[ENG_POET_WEIGHTS][2];        // in, out: offsets into a layer's θ
   size_t perm_off[ENG_POET_WEIGHTS][2];         // pin, pout
@@ -48,7 +52,8 @@ int eng_poet_model_shape(eng_poet_model *pm, const eng_layout *lo, int b, eng_er
 // Host bytes of the state eng_poet_model_alloc takes (with the work of a
 // merge, which runs on one thread at a time: the update's).
 size_t eng_poet_model_bytes(const eng_poet_model *pm);
-// Allocates the state of a shaped pm: θ, moments and gradients zero, every
+// Allocates the state of a shaped pm (g_bf16 and opt_opts set as
+// wanted after eng_poet_model_shape): θ, moments and gradients zero, every
 // permutation the identity.
 int eng_poet_model_alloc(eng_poet_model *pm, eng_err *e);
 void eng_poet_model_free(eng_poet_model *pm);
@@ -69,7 +74,10 @@ size_t eng_poet_model_rot_floats(const eng_poet_model *pm);
 void eng_poet_model_rotations(const eng_poet_model *pm, int l, float *rot, float *work);
 void eng_poet_model_layer(const eng_poet_model *pm, int l, const float *rot, float *drot, float *work,
                           eng_poet_layer *out);
-// Layer l's θ gradient (g) from its dL/dR; returns Σ g² (in double).
+// Layer l's θ gradient (g, rounded to nearest even where it is bf16) from
+// its dL/dR; returns Σ g² of what g holds (in double). work:
+// eng_poet_model_grad_floats.
+static inline size_t eng_poet_model_grad_floats(int b) { return 6 * (size_t)b * b + eng_poet_tri(b); }
 double eng_poet_model_grad(eng_poet_model *pm, int l, const float *drot, float *work);
 // Merge-then-reinitialise layer l (w: its layer shard's fp32 weights, or
 // base: its bf16 base, where the W0 are then): every weight's W0 becomes its
