@@ -3,12 +3,16 @@
 // bench_poetx_run train METHOD BLOCK PRESET STEPS BATCH SEQ DATA
 //   trains PRESET (traind-train's: demo, bench40m) on DATA with METHOD
 //   (adamw8, or poetx / poetx-bf16 with rotation blocks of BLOCK and an
-//   fp32 / bf16 base) from seed 1 and prints "key value" lines: params,
-//   train_state (eng_train_state_bytes), host (eng_spec_host_bytes: what
-//   the run holds), peak_rss (measured, this process), base_rss (resident
-//   before the run opened: libraries, runtime), arena_rss (the cpu
-//   backend's device arena resident at the end, mincore), tok_s (median
-//   over the steps after the first two), loss (the last step's), tokens.
+//   fp32 / bf16 base) from seed 1, merging every 12 steps, and prints "key
+//   value" lines: params, train_state (eng_train_state_bytes), host
+//   (eng_spec_host_bytes: what the run holds), peak_rss (measured, this
+//   process), base_rss (resident before the run opened: libraries,
+//   runtime), arena_rss (the cpu backend's device arena resident at the
+//   end, mincore).
+// bench_poetx_run speed BLOCK PRESET STEPS BATCH SEQ DATA METHOD...
+//   the same runs, every METHOD's open in this process and their steps
+//   interleaved: "tok_s METHOD X" (median over the steps after the first
+//   two), "loss METHOD X" (the last step's), "tokens N".
 // bench_poetx_run largest BLOCK BATCH SEQ PROFILE
 //   for the dense Qwen3 shapes (0.6B .. 32B, their config.json's
 //   dimensions), per method, the host training state the planner counts on
@@ -73,24 +77,32 @@ static size_t resident(const void *base, size_t bytes) {
   return n * (size_t)page;
 }
 
+// The bench's spec: PRESET trained on DATA with METHOD for STEPS steps of
+// BATCH x SEQ tokens from seed 1; POET-X merges every 12 steps.
+static int spec_of(eng_spec *s, const char *method, int block, const char *preset_name, int steps, int batch,
+                   int seq, const char *data) {
+  eng_spec_defaults(s);
+  if (preset(preset_name, &s->config)) return 2;
+  method_of(s, method, block);
+  s->batch = batch;
+  s->seq_len = seq;
+  s->train_path = data;
+  s->seed = 1;
+  s->lr = 2e-3f;
+  s->min_lr = 2e-4f;
+  s->warmup_steps = 5;
+  s->total_steps = steps;
+  s->poet_lr = 2e-3f;
+  s->poet_merge_every = 12;
+  s->device_cap = (size_t)4 << 30;
+  return 0;
+}
+
 static int train(int argc, char **argv) {
   if (argc != 9) return 2;
   eng_spec s;
-  eng_spec_defaults(&s);
-  if (preset(argv[4], &s.config)) return 2;
-  method_of(&s, argv[2], atoi(argv[3]));
   int steps = atoi(argv[5]);
-  s.batch = atoi(argv[6]);
-  s.seq_len = atoi(argv[7]);
-  s.train_path = argv[8];
-  s.seed = 1;
-  s.lr = 2e-3f;
-  s.min_lr = 2e-4f;
-  s.warmup_steps = 5;
-  s.total_steps = steps;
-  s.poet_lr = 2e-3f;
-  s.poet_merge_every = 50;
-  s.device_cap = (size_t)4 << 30;
+  if (spec_of(&s, argv[2], atoi(argv[3]), argv[4], steps, atoi(argv[6]), atoi(argv[7]), argv[8])) return 2;
   eng_err e = {0};
   size_t host, base_rss = rss_now(); // the libraries and the runtime, before any of the run
   eng_run *r;
@@ -98,28 +110,61 @@ static int train(int argc, char **argv) {
     fprintf(stderr, "bench_poetx_run: %s\n", e.msg);
     return 1;
   }
-  double *tps = calloc((size_t)steps, sizeof *tps), loss = NAN;
-  int n = 0;
   for (int i = 0; i < steps; i++) {
     eng_metrics m;
     if (eng_step(r, &m, &e)) {
       fprintf(stderr, "bench_poetx_run: %s\n", e.msg);
       return 1;
     }
-    if (i >= 2) tps[n++] = m.tokens_per_s;
-    loss = m.loss;
   }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const void *arena;
   size_t arena_bytes;
   eng_debug_arena(r, &arena, &arena_bytes);
-  printf("params %zu\ntrain_state %zu\nhost %zu\npeak_rss %lld\nbase_rss %zu\narena_rss %zu\ntok_s %.1f\nloss %.6f\n"
-         "tokens %lld\n",
-         eng_param_count(r), eng_train_state_bytes(r), host, (long long)ru.ru_maxrss * 1024, base_rss,
-         resident(arena, arena_bytes), bench_median(tps, n), loss, (long long)steps * s.batch * s.seq_len);
-  free(tps);
+  printf("params %zu\ntrain_state %zu\nhost %zu\npeak_rss %lld\nbase_rss %zu\narena_rss %zu\n", eng_param_count(r),
+         eng_train_state_bytes(r), host, (long long)ru.ru_maxrss * 1024, base_rss, resident(arena, arena_bytes));
   eng_close(r);
+  return 0;
+}
+
+// Every method's run open at once and their steps interleaved, so that the
+// machine's load, which drifts by more than the methods differ, weighs on
+// each alike.
+static int speed(int argc, char **argv) {
+  if (argc < 9) return 2;
+  int n = argc - 8, steps = atoi(argv[4]);
+  eng_run *r[8];
+  double *tps[8], loss[8];
+  if (n > 8) return 2;
+  for (int k = 0; k < n; k++) {
+    eng_spec s;
+    eng_err e = {0};
+    if (spec_of(&s, argv[8 + k], atoi(argv[2]), argv[3], steps, atoi(argv[5]), atoi(argv[6]), argv[7])) return 2;
+    if (eng_open(&s, &r[k], &e)) {
+      fprintf(stderr, "bench_poetx_run: %s: %s\n", argv[8 + k], e.msg);
+      return 1;
+    }
+    tps[k] = calloc((size_t)steps, sizeof *tps[k]);
+  }
+  for (int i = 0; i < steps; i++)
+    for (int k = 0; k < n; k++) {
+      eng_metrics m;
+      eng_err e = {0};
+      if (eng_step(r[k], &m, &e)) {
+        fprintf(stderr, "bench_poetx_run: %s: %s\n", argv[8 + k], e.msg);
+        return 1;
+      }
+      tps[k][i] = m.tokens_per_s;
+      loss[k] = m.loss;
+    }
+  for (int k = 0; k < n; k++) {
+    // The steps after the first two (warm-up), merges' steps included.
+    printf("tok_s %s %.1f\nloss %s %.6f\n", argv[8 + k], bench_median(tps[k] + 2, steps - 2), argv[8 + k], loss[k]);
+    free(tps[k]);
+    eng_close(r[k]);
+  }
+  printf("tokens %lld\n", (long long)steps * atoi(argv[5]) * atoi(argv[6]));
   return 0;
 }
 
@@ -194,10 +239,12 @@ static int largest(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   int rc = argc > 1 && !strcmp(argv[1], "train")     ? train(argc, argv)
+           : argc > 1 && !strcmp(argv[1], "speed")   ? speed(argc, argv)
            : argc > 1 && !strcmp(argv[1], "largest") ? largest(argc, argv)
                                                       : 2;
   if (rc == 2)
     fprintf(stderr, "usage: bench_poetx_run train METHOD BLOCK PRESET STEPS BATCH SEQ DATA\n"
+                    "       bench_poetx_run speed BLOCK PRESET STEPS BATCH SEQ DATA METHOD...\n"
                     "       bench_poetx_run largest BLOCK BATCH SEQ PROFILE\n");
   return rc;
 }
