@@ -117,7 +117,7 @@ int main(void) {
   for (int i = 0; i < T * N; i++) CHECK(dx[1][i] == 2.0f * dx[0][i], "dx with add = 1 does not accumulate");
 
   // The effective weight, and the merge's base under new permutations.
-  float *weff = malloc(sizeof(float) * M * N), *wwork = malloc(sizeof(float) * M * N);
+  float *weff = malloc(sizeof(float) * M * N), *wwork = malloc(sizeof(float) * eng_poet_effective_work(M, N, B));
   eng_poet_effective(&w, weff, wwork);
   ref = fx_f32(&f, "w_eff", NULL);
   near("effective weight", weff, ref, (size_t)M * N, 1e-5);

@@ -64,7 +64,8 @@ int main(void) {
   eng_rng_seed(&rng, 16, 0);
   size_t tri = eng_poet_tri(B), nth = (N / B + M / B) * tri;
   static poet1 st, teacher;
-  static float cw[6 * B * B], merge_work[(M + N) * B + 2 * M * N + 2 * B * B];
+  static float cw[6 * B * B];
+  float *merge_work = malloc(eng_poet_merge_work(M, N, B) * sizeof(float));
   // W0: Gaussian rows scaled to unit norm (the from-scratch initialisation).
   for (int i = 0; i < M; i++) {
     double norm = 0;
@@ -113,7 +114,8 @@ int main(void) {
     float thr = 1.0f * eng_poet_clip_ramp(step, MERGE_EVERY), clip = norm > thr ? (float)(thr / (norm + 1e-6)) : 1.0f;
     eng_adamw_update(st.theta, g, m1, m2, nth, 1e-2f, 0.0f, 0.9f, 0.999f, 1e-6f, clip, ++t);
     if ((step + 1) % MERGE_EVERY == 0) {
-      static float before[M * N], after[M * N], ew[M * N];
+      static float before[M * N], after[M * N];
+      float *ew = merge_work; // the effective weight's work fits in a merge's
       rotations(&st, cw);
       eng_poet_weight wb = weight_of(&st);
       eng_poet_effective(&wb, before, ew);
@@ -154,6 +156,7 @@ int main(void) {
   }
   printf("singular values: largest relative change %.2e, the bound from the orthogonality errors [%.2e, %.2e]\n", worst,
          down - 1, up - 1);
+  free(merge_work);
   printf("ok\n");
   return 0;
 }
