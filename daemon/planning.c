@@ -134,6 +134,7 @@ int planning_make(planning *p, const eng_spec *s, eng_plan *out, int *max_batch,
     if (rc) *max_batch = 0;
   }
   rc = eng_plan_make(&s->config, "job", s->batch, s->seq_len, &prof, &o, out, e);
+  eng_plan_thread_release(); // the runner thread that planned ends at shutdown
   if (rc || !svg) return rc;
   if ((rc = timeline(s, &prof, out, svg, e))) eng_plan_free(out);
   return rc;

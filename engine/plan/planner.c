@@ -354,3 +354,5 @@ int eng_plan_baseline(const eng_config *c, const char *model_name, int batch, in
   snprintf(out->profile, sizeof out->profile, "%s", p->name);
   return 0;
 }
+
+void eng_plan_thread_release(void) { glp_free_env(); }

@@ -55,6 +55,12 @@ int eng_plan_baseline(const eng_config *c, const char *model_name, int batch, in
                       const eng_profile *p, eng_plan_policy pol, int k, int micro_batch,
                       eng_plan *out, eng_err *e);
 
+// GLPK keeps an environment per thread from its first call; this releases
+// the calling thread's (nothing when it has none), so that a thread that
+// planned and then ends leaves no memory behind. No planner call may be in
+// progress on the thread.
+void eng_plan_thread_release(void);
+
 const char *eng_plan_policy_name(eng_plan_policy pol);
 
 #endif

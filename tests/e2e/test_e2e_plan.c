@@ -4,7 +4,8 @@
 // plan, which is stored with the job, and after a kill -9 and a restart the
 // resumed job runs that same stored plan (it is not planned again). Each
 // job shape is calibrated once, also across a restart: the daemon logs a
-// line per calibration, which the test counts.
+// line per calibration, which the test counts. A POET-X job (method poetx)
+// is planned and runs its plan likewise.
 #define _GNU_SOURCE
 #include "e2e/daemon.h"
 
@@ -87,6 +88,26 @@ int main(void) {
   CHECK(td_ctl(&t, out, sizeof out, "plan %s --set device.plan=true", file) == 0, "plan after the restart failed");
   CHECK(td_log_count(&t, CALIBRATED) == calibrations, "planning after a restart calibrated again");
   printf("after the restart: planned from the stored calibration, none logged\n");
+
+  // A POET-X job plans too: its shape is calibrated once more (the
+  // rotations' rate at its block size), and it runs its plan to the end
+  // through its merges.
+  const char *poet = td_jobfile("poet.yaml", 30, 30, "");
+  char b[80];
+  snprintf(b, sizeof b, "%s",
+           td_submit(&t, poet,
+                     "--set device.plan=true --set training.method=poetx --set training.poet.block_size=16 "
+                     "--set training.poet.merge_every=10"));
+  j = td_wait_done(&t, b, 300);
+  CHECK(j->state == TRAIND__V1__JOB_STATE__JOB_STATE_SUCCEEDED && *j->plan, "planned POET-X job ended %d: %s",
+        j->state, j->error);
+  protobuf_c_message_free_unpacked(&j->base, NULL);
+  CHECK(td_log_count(&t, CALIBRATED) == calibrations + 1, "the POET-X job's shape made %d calibrations, not 1",
+        td_log_count(&t, CALIBRATED) - calibrations);
+  td_logs(&t, b, out, sizeof out);
+  CHECK(count(out, "planned (") == 1, "the POET-X job was planned %d times:\n%s", count(out, "planned ("), out);
+  p = strstr(out, "planned (");
+  printf("POET-X job: %.*s; succeeded\n", (int)(strchr(p, '\n') - p), p);
   free(plan);
   td_finish(&t);
   return 0;
