@@ -13,15 +13,11 @@
 #include "plan/cost.h"
 #include "plan/planner.h"
 #include "tiny.h"
-#include "unit/plan_machine.h"
 #include "unit/tmpdir.h"
-#include "unit/spill.h"
+#include "unit/plan_machine.h"
 
 enum { LAYERS = 6, BATCH = 4, SEQ = 32, MICRO = 2, STEPS = 3 };
 
-static eng_profile machine(const eng_spec *s, double dev_bnds, double host_bnds) {
-  return plan_machine(s, BATCH, SEQ, MICRO, dev_bnds, host_bnds);
-}
 
 // The losses of STEPS steps of s (which must open: the plan fits its cap).
 static void losses_of(const eng_spec *s, double *loss) {
@@ -41,7 +37,7 @@ static void losses_of(const eng_spec *s, double *loss) {
 static void check_costs(const eng_spec *poet) {
   eng_spec full = *poet;
   full.method = ENG_METHOD_FULL;
-  eng_profile pp = machine(poet, 1e6, 1e6), pf = machine(&full, 1e6, 1e6);
+  eng_profile pp = plan_machine(poet, BATCH, SEQ, MICRO, 1e6, 1e6), pf = plan_machine(&full, BATCH, SEQ, MICRO, 1e6, 1e6);
   eng_plan_cost kp, kf;
   eng_err e = {0};
   CHECK_OK(eng_plan_cost_make(&poet->config, BATCH, SEQ, MICRO, &pp, &kp, &e), &e);
@@ -80,14 +76,8 @@ int main(void) {
   tmp_make();
   eng_err e = {0};
   spill sp;
-  spill_open(&sp, "spill", "plans");
-
   eng_spec base;
-  tiny_spec(&base, LAYERS);
-  base.batch = BATCH;
-  base.seq_len = SEQ;
-  base.micro_batches = BATCH / MICRO;
-  base.spill = &sp.es;
+  plan_spec(&base, &sp, LAYERS, BATCH, SEQ, MICRO);
   base.method = ENG_METHOD_POETX;
   base.poet_block = 16;
   base.poet_merge_every = 2;
@@ -99,13 +89,9 @@ int main(void) {
   int plans = 0, host = 0, store = 0, rec = 0;
   const double budgets[][2] = {{2.5, 2.2}, {3.5, 0.0}, {3.0, 1.0}};
   for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
-    eng_profile p = machine(&base, budgets[b][0], budgets[b][1]);
-    eng_plan_opts po;
-    eng_plan_opts_defaults(&po);
-    po.time_limit = 1;
-    po.micro_batch = MICRO;
+    eng_profile p;
     eng_plan pl;
-    CHECK_OK(eng_plan_make(&base.config, "tiny", BATCH, SEQ, &p, &po, &pl, &e), &e);
+    plan_under(&base, BATCH, SEQ, MICRO, budgets[b][0], budgets[b][1], &p, &pl);
     eng_spec s = base;
     s.plan = &pl;
     s.device_cap = pl.dev_fixed + pl.peak_dev;

@@ -11,16 +11,12 @@
 #include "plan/cost.h"
 #include "plan/planner.h"
 #include "tiny.h"
-#include "unit/plan_machine.h"
 #include "unit/grads.h"
 #include "unit/tmpdir.h"
-#include "unit/spill.h"
+#include "unit/plan_machine.h"
 
 enum { LAYERS = 8, BATCH = 4, SEQ = 32, MICRO = 2 };
 
-static eng_profile machine(const eng_spec *s, double dev_bnds, double host_bnds) {
-  return plan_machine(s, BATCH, SEQ, MICRO, dev_bnds, host_bnds);
-}
 
 typedef struct tally {
   int plans, host, store, recompute;
@@ -57,14 +53,8 @@ int main(void) {
   tmp_make();
   eng_err e = {0};
   spill sp;
-  spill_open(&sp, "spill", "plans");
-
   eng_spec base;
-  tiny_spec(&base, LAYERS);
-  base.batch = BATCH;
-  base.seq_len = SEQ;
-  base.micro_batches = BATCH / MICRO;
-  base.spill = &sp.es;
+  plan_spec(&base, &sp, LAYERS, BATCH, SEQ, MICRO);
   size_t n = (size_t)BATCH * SEQ;
   int32_t ids[BATCH * SEQ], labels[BATCH * SEQ];
   for (size_t i = 0; i < n; i++) {
@@ -77,13 +67,9 @@ int main(void) {
   tally t = {0};
   const double budgets[][2] = {{2.5, 2.2}, {3.5, 0.0}, {3.0, 1.0}, {6.0, 8.0}};
   for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
-    eng_profile p = machine(&base, budgets[b][0], budgets[b][1]);
-    eng_plan_opts po;
-    eng_plan_opts_defaults(&po);
-    po.time_limit = 1;
-    po.micro_batch = MICRO;
+    eng_profile p;
     eng_plan pl;
-    CHECK_OK(eng_plan_make(&base.config, "tiny", BATCH, SEQ, &p, &po, &pl, &e), &e);
+    plan_under(&base, BATCH, SEQ, MICRO, budgets[b][0], budgets[b][1], &p, &pl);
     run_plan(&base, &pl, &ref, ids, labels, &t);
     eng_plan_free(&pl);
     const eng_plan_policy pols[] = {ENG_POLICY_EVERY_K, ENG_POLICY_ALL_HOST, ENG_POLICY_NONE};
