@@ -45,7 +45,8 @@ static size_t poet_own_floats(const eng_config *c, const eng_exec_policy *p, siz
   if ((*rc = eng_poet_model_shape(&pm, &lo, p->poet_block, e))) return 0;
   const int n = p->batch / p->micro_batches * p->seq_len;
   *rot = eng_poet_model_rot_floats(&pm);
-  *work = eng_poet_layer_work(c->d_model, c->d_ff, c->n_heads * c->head_dim, c->n_kv_heads * c->head_dim, n);
+  *work = eng_poet_layer_work(c->d_model, c->d_ff, c->n_heads * c->head_dim, c->n_kv_heads * c->head_dim,
+                              p->poet_block, n);
   return 3 * *rot + *work + eng_poet_model_grad_floats(p->poet_block);
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/kernels.h"
 #include "optim/adamw.h"
 #include "plan/profile.h"
@@ -105,15 +106,15 @@ static void opt_run(void *c) {
 // One side of a POET-X weight: the gather by its permutation, then the
 // block rotation (poet/poet.h), over n rows of dim values.
 typedef struct rot {
-  float *x, *u, *y, *R;
+  float *x, *u, *y, *R, *panels;
   int32_t *perm;
   int n, dim, b;
 } rot;
 
 static void rot_run(void *c) {
   rot *r = c;
-  eng_poet_gather(r->n, r->dim, r->perm, r->x, r->dim, r->u, r->dim);
-  eng_poet_rotate(r->n, r->dim, r->b, r->u, r->dim, r->R, 0, r->y, r->dim);
+  eng_poet_gather(r->n, r->dim, r->perm, r->x, r->dim, r->u, r->dim, 0);
+  eng_k_sgemm_bdiag(r->n, r->dim, r->b, r->u, r->dim, r->R, 0, r->y, r->dim, r->panels);
 }
 
 // POET-X's rotation rate at block size b over n rows of the widest
@@ -124,16 +125,16 @@ static double rot_rate(int n, int dim, int b, double secs) {
   dim -= dim % b;
   size_t nd = (size_t)n * dim;
   rot r = {malloc(nd * 4), malloc(nd * 4), malloc(nd * 4), malloc((size_t)dim * b * 4),
-           malloc((size_t)dim * sizeof(int32_t)), n, dim, b};
+           malloc(eng_k_bdiag_work(dim, b) * 4), malloc((size_t)dim * sizeof(int32_t)), n, dim, b};
   double flops = 0;
-  if (r.x && r.u && r.y && r.R && r.perm) {
+  if (r.x && r.u && r.y && r.R && r.panels && r.perm) {
     for (int i = 0; i < dim; i++) r.perm[i] = (int32_t)(((size_t)i * 7919) % (size_t)dim); // scattered
     if (!eng_poet_is_perm(r.perm, (size_t)dim))
       for (int i = 0; i < dim; i++) r.perm[i] = dim - 1 - i;
     fill(r.x, nd, 12), fill(r.R, (size_t)dim * b, 13);
     flops = 2.0 * n * dim * b / time_op(rot_run, &r, secs);
   }
-  free(r.x), free(r.u), free(r.y), free(r.R), free(r.perm);
+  free(r.x), free(r.u), free(r.y), free(r.R), free(r.panels), free(r.perm);
   return flops;
 }
 

@@ -35,19 +35,20 @@ static void permute_rows_cols(int m, int n, size_t es, void *W, const int32_t *s
 }
 
 // M = diag(R_out)ᵀ · W0 · diag(R_in)ᵀ for block row k (b rows of W0 in rows,
-// fp32) into out, through S (b·n floats): eng_poet_effective's products,
-// whose rows do not depend on the split.
+// fp32) into out, through S (b·n floats) and panels (eng_k_bdiag_work(n, b)
+// floats): eng_poet_effective's products, whose rows do not depend on the
+// split.
 static void rotate_block_row(int n, int b, int k, const float *rows, const float *rin, const float *rout, float *S,
-                             float *out) {
+                             float *panels, float *out) {
   eng_k_sgemm(1, 0, b, n, b, rout + (size_t)k * b * b, b, rows, n, 0.0f, S, n);
-  eng_poet_rotate(b, n, b, S, n, rin, 1, out, n);
+  eng_k_sgemm_bdiag(b, n, b, S, n, rin, 1, out, n, panels);
 }
 
 void eng_poet_effective_here(int m, int n, int b, float *W, const int32_t *pin, const int32_t *pout, const float *rin,
                              const float *rout, float *work) {
-  float *S = work, *held = S + (size_t)b * n;
+  float *panels = work, *S = panels + eng_k_bdiag_work(n, b), *held = S + (size_t)b * n;
   int32_t *sr = (int32_t *)(held + n), *sc = sr + m;
-  for (int k = 0; k < m / b; k++) rotate_block_row(n, b, k, W + (size_t)k * b * n, rin, rout, S, W + (size_t)k * b * n);
+  for (int k = 0; k < m / b; k++) rotate_block_row(n, b, k, W + (size_t)k * b * n, rin, rout, S, panels, W + (size_t)k * b * n);
   // W[i, pin[c]] = M[pout[i], c], i.e. W[i, c] = M[pout[i], pin⁻¹[c]].
   for (int i = 0; i < m; i++) sr[i] = pout[i];
   for (int c = 0; c < n; c++) sc[pin[c]] = c;
@@ -56,7 +57,7 @@ void eng_poet_effective_here(int m, int n, int b, float *W, const int32_t *pin, 
 
 double eng_poet_merge(int m, int n, int b, float *W0, uint16_t *base, float *theta_in, float *theta_out, int32_t *pin,
                       int32_t *pout, eng_rng *rng, float *work) {
-  float *rin = work, *rout = rin + (size_t)n * b, *cw = rout + (size_t)m * b, *S = cw + 2 * (size_t)b * b,
+  float *panels = work, *rin = panels + eng_k_bdiag_work(n, b), *rout = rin + (size_t)n * b, *cw = rout + (size_t)m * b, *S = cw + 2 * (size_t)b * b,
         *S1 = S + (size_t)b * n, *held = S1 + (size_t)b * n;
   int32_t *sr = (int32_t *)(held + n), *sc = sr + m, *old_out = sc + n, *inv = old_out + m;
   unsigned char *done = (unsigned char *)(inv + n);
@@ -67,12 +68,12 @@ double eng_poet_merge(int m, int n, int b, float *W0, uint16_t *base, float *the
   // a block row at a time: rounding commutes with the moves below).
   for (int k = 0; k < m / b; k++) {
     if (!base) {
-      rotate_block_row(n, b, k, W0 + (size_t)k * b * n, rin, rout, S, W0 + (size_t)k * b * n);
+      rotate_block_row(n, b, k, W0 + (size_t)k * b * n, rin, rout, S, panels, W0 + (size_t)k * b * n);
       continue;
     }
     uint16_t *rows = base + (size_t)k * b * n;
     eng_bf16_to_f32_n(S1, rows, (size_t)b * n, ENG_ISA_AUTO);
-    rotate_block_row(n, b, k, S1, rin, rout, S, S1);
+    rotate_block_row(n, b, k, S1, rin, rout, S, panels, S1);
     eng_bf16_from_f32_n(rows, S1, (size_t)b * n, ENG_ISA_AUTO);
   }
   // The effective weight is W[i, pin[c]] = M[pout[i], c]; under the new

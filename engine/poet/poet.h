@@ -27,8 +27,10 @@
 // fallback has 2Q⁴ instead). R is orthogonal up to O(‖Q‖⁴):
 // eng_poet_orth_err measures how far.
 //
-// Products go through eng_k_sgemm (kernels/cpu/gemm.h): a run's route
-// decides their last bits, as for every other product of the engine.
+// Products with W0 go through eng_k_sgemm (kernels/cpu/gemm.h): a run's
+// route decides their last bits, as for every other product of the engine.
+// The block rotations go through eng_k_sgemm_bdiag(_grad): the fp32 chains
+// on every route.
 #ifndef ENG_POET_POET_H
 #define ENG_POET_POET_H
 
@@ -36,6 +38,7 @@
 #include <stdint.h>
 
 #include "common/rng.h"
+#include "kernels/cpu/gemm.h" // eng_k_bdiag_work
 
 // Trainable values per block of size b.
 static inline size_t eng_poet_tri(int b) { return (size_t)b * (size_t)(b - 1) / 2; }
@@ -48,16 +51,10 @@ void eng_poet_cayley_bwd(int nblk, int b, const float *theta, const float *dR, f
 // The largest ‖RᵀR − I‖_F over the blocks, in double.
 double eng_poet_orth_err(int nblk, int b, const float *R);
 
-// y = x · diag(R) (trans = 0) or x · diag(R)ᵀ (trans = 1) over T rows of dim
-// values, rows ldx and ldy floats apart; y must not overlap x.
-void eng_poet_rotate(int T, int dim, int b, const float *x, int ldx, const float *R, int trans, float *y, int ldy);
-// dR[k] += x_kᵀ · dy_k over the T rows: the gradient of the blocks of
-// y = x · diag(R).
-void eng_poet_rotate_dR(int T, int dim, int b, const float *x, int ldx, const float *dy, int ldy, float *dR);
-// y[t, j] = x[t, perm[j]] (gather) and x[t, perm[j]] = y[t, j] (scatter;
-// add = 1: +=), rows ldx and ldy floats apart.
-void eng_poet_gather(int T, int dim, const int32_t *perm, const float *x, int ldx, float *y, int ldy);
-void eng_poet_scatter(int T, int dim, const int32_t *perm, const float *y, int ldy, float *x, int ldx, int add);
+// y[t, j] = x[t, perm[j]] (add = 1: +=) over T rows, rows ldx and ldy
+// floats apart; y must not overlap x. A scatter by perm is a gather by its
+// inverse.
+void eng_poet_gather(int T, int dim, const int32_t *perm, const float *x, int ldx, float *y, int ldy, int add);
 // A uniformly random permutation of 0..n-1.
 void eng_poet_perm(eng_rng *rng, int n, int32_t *perm);
 
@@ -70,12 +67,12 @@ typedef struct eng_poet_weight {
   const float *Rin, *Rout;    // [n/b][b][b], [m/b][b][b] (eng_poet_cayley)
 } eng_poet_weight;
 
-// Floats of work the forward and the backward take for T rows.
-static inline size_t eng_poet_fwd_work(const eng_poet_weight *w, int T) {
-  return (size_t)T * (size_t)(w->n + (w->n > w->m ? w->n : w->m) + w->m);
-}
-static inline size_t eng_poet_bwd_work(const eng_poet_weight *w, int T) {
-  return (size_t)T * (size_t)(2 * w->n + 2 * w->m);
+// Floats of work the forward or the backward takes for T rows: two
+// activations of the wider side, the rotations' panels (kernels/cpu/gemm.h)
+// and an inverse permutation.
+static inline size_t eng_poet_work(const eng_poet_weight *w, int T) {
+  size_t wide = (size_t)(w->n > w->m ? w->n : w->m);
+  return 2 * (size_t)T * wide + eng_k_bdiag_work((int)wide, w->b) + wide;
 }
 
 // y [T, m] (rows ldy apart) for x [T, n] (rows ldx apart). z (NULL, or
@@ -112,14 +109,15 @@ typedef struct eng_poet_layer {
   float *work;                                             // eng_poet_layer_work floats
 } eng_poet_layer;
 // Floats of work for a layer's forward or backward over n rows, the largest
-// weight's (in = out dims of d_model, d_ff and the attention's widths).
-size_t eng_poet_layer_work(int d, int ff, int qd, int kvd, int n);
+// weight's (in = out dims of d_model, d_ff and the attention's widths) at
+// block size b.
+size_t eng_poet_layer_work(int d, int ff, int qd, int kvd, int b, int n);
 
 // The effective weight written over W0 [m, n] in place (the rotations
 // rin, rout from eng_poet_cayley): eng_poet_effective's values, but for a
 // block row of products and two rows of work. work: eng_poet_effective_work.
 static inline size_t eng_poet_effective_work(int m, int n, int b) {
-  return (size_t)b * n + (size_t)n + (size_t)(m + n) + (size_t)m / 4 + 1;
+  return eng_k_bdiag_work(n, b) + (size_t)b * n + (size_t)n + (size_t)(m + n) + (size_t)m / 4 + 1;
 }
 void eng_poet_effective_here(int m, int n, int b, float *W, const int32_t *pin, const int32_t *pout, const float *rin,
                              const float *rout, float *work);
@@ -133,7 +131,7 @@ void eng_poet_effective_here(int m, int n, int b, float *W, const int32_t *pin, 
 // row of work. Returns the orthogonality error the merged rotations had (the
 // larger side's, eng_poet_orth_err). work: eng_poet_merge_work floats.
 static inline size_t eng_poet_merge_work(int m, int n, int b) {
-  return (size_t)(m + n) * (size_t)b + 2 * (size_t)b * b + 2 * (size_t)b * n + (size_t)n + 2 * (size_t)(m + n) +
+  return eng_k_bdiag_work(n, b) + (size_t)(m + n) * (size_t)b + 2 * (size_t)b * b + 2 * (size_t)b * n + (size_t)n + 2 * (size_t)(m + n) +
          (size_t)m / 4 + 1;
 }
 double eng_poet_merge(int m, int n, int b, float *W0, uint16_t *base, float *theta_in, float *theta_out, int32_t *pin,

@@ -68,7 +68,7 @@ static void check_model(const char *model) {
   size_t tri = eng_poet_tri(BLOCK);
 
   for (int l = 0; l < c.n_layers; l++) {
-    eng_poet_layer pl = {.b = BLOCK, .work = malloc(eng_poet_layer_work(d, c.d_ff, qd, kvd, n) * sizeof(float))};
+    eng_poet_layer pl = {.b = BLOCK, .work = malloc(eng_poet_layer_work(d, c.d_ff, qd, kvd, BLOCK, n) * sizeof(float))};
     float *theta[ENG_POET_WEIGHTS][2];
     int32_t *perm[ENG_POET_WEIGHTS][2];
     for (int k = 0; k < ENG_POET_WEIGHTS; k++) {

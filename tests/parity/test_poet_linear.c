@@ -33,7 +33,7 @@ static double loss_at(const eng_poet_weight *w0, const float *th_in, const float
   eng_poet_weight w = *w0;
   float *rin = malloc(sizeof(float) * (N / B) * B * B), *rout = malloc(sizeof(float) * (M / B) * B * B);
   float *cw = malloc(sizeof(float) * 2 * B * B), *y = malloc(sizeof(float) * T * M);
-  float *work = malloc(sizeof(float) * eng_poet_fwd_work(&w, T));
+  float *work = malloc(sizeof(float) * eng_poet_work(&w, T));
   eng_poet_cayley(N / B, B, th_in, rin, cw);
   eng_poet_cayley(M / B, B, th_out, rout, cw);
   w.Rin = rin;
@@ -77,7 +77,7 @@ int main(void) {
   CHECK(eng_poet_orth_err(M / B, B, eye) == 0.0, "θ = 0 does not give R = I exactly");
 
   eng_poet_weight w = {M, N, B, w0, bias, pin, pout, rin, rout};
-  float *work = malloc(sizeof(float) * eng_poet_bwd_work(&w, T));
+  float *work = malloc(sizeof(float) * eng_poet_work(&w, T));
   float *y = malloc(sizeof(float) * T * M), *y2 = malloc(sizeof(float) * T * M), *z = malloc(sizeof(float) * T * M);
   eng_poet_forward(&w, T, x, N, y, M, z, work); // fast mode: z kept
   eng_poet_forward(&w, T, x, N, y2, M, NULL, work);

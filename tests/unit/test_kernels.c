@@ -557,6 +557,67 @@ static void test_sgemm(void) {
   CHECK(eng_k_gemm_route_set(route) == 0, "back to the %s route", eng_k_gemm_route_name(route));
 }
 
+// eng_k_sgemm_bdiag(_grad)'s definition, bit for bit, on every route this
+// cpu runs (amx's included: the fp32 chains there too): each block's
+// elements as fmaf chains per ENG_K_GEMM_KB, added in order. Blocks of 32
+// (one panel), 24 and 40 (partial panels on avx512's 32 columns and
+// avx2's 16), 48 (two avx2 panels), 400 (two chunks of k); T of 1, 13 and
+// 800 (partial row tiles; three chunks of t for the gradient); leading
+// dimensions wider than the product.
+static void test_sgemm_bdiag(void) {
+  eng_k_gemm_route route = eng_k_gemm_route_get();
+  const int shapes[][3] = {{800, 384, 32}, {13, 96, 24}, {1, 80, 40}, {37, 96, 48}, {13, 800, 400}};
+  for (eng_k_gemm_route r = 0; r < ENG_K_GEMM_NROUTES; r++) {
+    if (eng_k_gemm_route_set(r) != 0) {
+      printf("block-diagonal chains on %s: this cpu cannot run it\n", eng_k_gemm_route_name(r));
+      continue;
+    }
+    printf("block-diagonal chains on %s\n", eng_k_gemm_route_name(r));
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+      const int T = shapes[s][0], dim = shapes[s][1], b = shapes[s][2], lda = dim + 3, nblk = dim / b;
+      float *a = frandn((size_t)T * lda, 1.0f), *d = frandn((size_t)T * lda, 1.0f);
+      float *B = frandn((size_t)nblk * b * b, 0.2f), *c = frandn((size_t)T * lda, 1.0f);
+      float *g0 = frandn((size_t)nblk * b * b, 1.0f), *g = fcopy(g0, (size_t)nblk * b * b);
+      float *work = falloc(eng_k_bdiag_work(dim, b));
+      for (int tb = 0; tb < 2; tb++) {
+        eng_k_sgemm_bdiag(T, dim, b, a, lda, B, tb, c, lda, work);
+        for (int t = 0; t < T; t++)
+          for (int j = 0; j < dim; j++) {
+            const int k = j / b, jj = j % b;
+            const float *bk = B + (size_t)k * b * b;
+            float want = 0.0f;
+            for (int i0 = 0; i0 < b; i0 += ENG_K_GEMM_KB) {
+              float chain = 0.0f;
+              for (int i = i0; i < b && i < i0 + ENG_K_GEMM_KB; i++)
+                chain = fmaf(a[(size_t)t * lda + k * b + i], tb ? bk[(size_t)jj * b + i] : bk[(size_t)i * b + jj], chain);
+              want = i0 == 0 ? chain : want + chain;
+            }
+            float got = c[(size_t)t * lda + j];
+            CHECK(memcmp(&got, &want, sizeof got) == 0, "bdiag %s T=%d dim=%d b=%d tb=%d: C[%d][%d] = %.9g, want %.9g",
+                  eng_k_gemm_route_name(r), T, dim, b, tb, t, j, got, want);
+          }
+      }
+      eng_k_sgemm_bdiag_grad(T, dim, b, a, lda, d, lda, g);
+      for (int k = 0; k < nblk; k++)
+        for (int i = 0; i < b; i++)
+          for (int j = 0; j < b; j++) {
+            size_t at = (size_t)k * b * b + (size_t)i * b + j;
+            float want = g0[at];
+            for (int t0 = 0; t0 < T; t0 += ENG_K_GEMM_KB) {
+              float chain = 0.0f;
+              for (int t = t0; t < T && t < t0 + ENG_K_GEMM_KB; t++)
+                chain = fmaf(a[(size_t)t * lda + k * b + i], d[(size_t)t * lda + k * b + j], chain);
+              want += chain;
+            }
+            CHECK(memcmp(&g[at], &want, sizeof want) == 0, "bdiag grad %s T=%d dim=%d b=%d: C[%d][%d][%d] = %.9g, want %.9g",
+                  eng_k_gemm_route_name(r), T, dim, b, k, i, j, g[at], want);
+          }
+      free(a), free(d), free(B), free(c), free(g0), free(g), free(work);
+    }
+  }
+  CHECK(eng_k_gemm_route_set(route) == 0, "back to the %s route", eng_k_gemm_route_name(route));
+}
+
 // The AMX route, where this cpu has one: against double, the error of fp32
 // (the tile unit's internal rounding is not specified, so the bits are
 // checked by their properties): beta 1 gives C + (the beta 0 result) in one
@@ -791,6 +852,7 @@ int main(void) {
   test_head_loss(5, 16, 33);
   test_sumsq();
   test_sgemm();
+  test_sgemm_bdiag();
   test_sgemm_amx();
   // The invariances on this process's route; ctest runs this test once
   // per route (tests/route.h).

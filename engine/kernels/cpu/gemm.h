@@ -37,6 +37,23 @@ void eng_k_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, c
 void eng_k_sgemm_then(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                       float beta, float *C, int ldc, eng_k_rows_fn then, void *ctx);
 
+// Block-diagonal products (POET-X's rotations; kernels/cpu/gemm_bdiag.c):
+// over T rows and dim columns in blocks of b (b divides dim), B_k = B + k·b·b
+// (b × b, row-major):
+//   eng_k_sgemm_bdiag:      C[t, kb + j] = Σ_i A[t, kb + i] · op(B_k)[i, j],
+//                           op(B_k) = B_k or its transpose (tb);
+//   eng_k_sgemm_bdiag_grad: C_k[i, j] += Σ_t A[t, kb + i] · D[t, kb + j],
+//                           C_k = C + k·b·b.
+// The sums are eng_k_sgemm's chains (blocks of ENG_K_GEMM_KB, each an fmaf
+// chain in increasing order, added in order) on every route, amx's
+// included: the bits of eng_k_sgemm per block on the avx512, avx2 and blas
+// routes. C must not overlap A or D. work: eng_k_bdiag_work(dim, b) floats
+// (the op(B) panels).
+size_t eng_k_bdiag_work(int dim, int b);
+void eng_k_sgemm_bdiag(int T, int dim, int b, const float *A, int lda, const float *B, int tb, float *C, int ldc,
+                       float *work);
+void eng_k_sgemm_bdiag_grad(int T, int dim, int b, const float *A, int lda, const float *D, int ldd, float *C);
+
 // C rows 0..ni, columns 0..nj = (add = 0) or += (add = 1) a block computed
 // apart, rows lds floats apart: how the routes' edge blocks reach C.
 static inline void eng_k_gemm_block_put(float *C, size_t ldc, const float *src, size_t lds, int ni, int nj, int add) {
