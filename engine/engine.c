@@ -183,7 +183,8 @@ static eng_model_opts spec_model_opts(const eng_spec *s) {
                           .opt_fp32_embed_head = s->opt_fp32_embed_head,
                           .work_bf16 = s->device_gpu >= 0,
                           .poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0,
-                          .poet_base_bf16 = s->method == ENG_METHOD_POETX && s->poet_base_bf16};
+                          .poet_base_bf16 = s->method == ENG_METHOD_POETX && s->poet_base_bf16,
+                          .embed_rows = s->batch * s->seq_len};
 }
 
 // The spec checked, its model config and its tiers, without allocating.
@@ -910,8 +911,6 @@ const eng_config *eng_run_config(const eng_run *r) { return &r->model.cfg; }
 size_t eng_param_count(const eng_run *r) { return r->model.lo.total_numel; }
 size_t eng_opt_state_bytes(const eng_run *r) { return eng_model_opt_bytes(&r->model); }
 size_t eng_train_state_bytes(const eng_run *r) {
-  size_t n = eng_model_opt_bytes(&r->model) + (r->model.poet.layers ? eng_poet_model_bytes(&r->model.poet) : 0);
-  for (int s = 0; s < r->model.lo.n_shards; s++)
-    n += r->model.shards[s].g_numel * (r->model.shards[s].g_bf16 ? sizeof(uint16_t) : sizeof(float));
-  return n;
+  return eng_model_opt_bytes(&r->model) + eng_model_grad_bytes(&r->model) +
+         (r->model.poet.layers ? eng_poet_model_bytes(&r->model.poet) : 0);
 }

@@ -357,6 +357,7 @@ static void opt_run(void *arg) {
                                         : (const void *)((const float *)sh->g + sh->g_off[i]),
                         .g_type = sh->g_bf16 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32};
     if (sh->work) io.work = sh->work + t->off, io.work_type = ENG_ADAMW8_BF16; // what the next step streams
+    if (j->shard == 0 && x->m->row_of) io.g_rows = x->m->row_of, io.g_row_len = (size_t)x->m->cfg.d_model;
     eng_err ignored; // the arguments are built here: an error would be a bug caught by the tests
     eng_adamw8_update(&sh->opt[i], &io, &h, ENG_ISA_AUTO, NULL, &ignored);
   }
@@ -893,13 +894,13 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   // gradient. Tied, the head's copy-out wrote its first contribution there
   // (wait for it); untied, the store starts from zero.
   eng_worker_drain(&x->copy_out);
-  if (lo->lm_head.numel) memset(m->shards[0].g, 0, m->shards[0].numel * sizeof(float)); // fp32 always
+  if (lo->lm_head.numel) eng_model_embed_grad_reset(m);
   STEP_TRY(x->ops->embed_bwd(x, dy, ids, e));
   if (x->spills) {
     int rc = x->p.spill->act_drop(x->p.spill->ctx, x->runs, e);
     if (rc) return rc;
   }
-  x->sumsq[0] = eng_k_sumsq(m->shards[0].g, m->shards[0].numel);
+  x->sumsq[0] = eng_k_sumsq(m->shards[0].g, eng_model_embed_grad_floats(m));
   STEP_TRY(x->ops->end(x, res, 1, e));
   armed_finish(x, 1);
   res->t_bwd = eng_now() - t2;

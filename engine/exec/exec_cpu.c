@@ -253,10 +253,8 @@ static int cpu_grad_finish(eng_exec *x, int slot, int shard, eng_err *e) {
 }
 
 static int cpu_embed_bwd(eng_exec *x, const void *dy, const int32_t *ids, eng_err *e) {
-  (void)e;
   atomic_fetch_add(&x->dev->bytes_out, x->bnd_bytes);
-  eng_k_embed_bwd(x->m->shards[0].g, dy, ids, x->p.batch * x->p.seq_len, x->m->cfg.d_model);
-  return 0;
+  return eng_model_embed_grad_add(x->m, dy, ids, x->p.batch * x->p.seq_len, e);
 }
 
 // Everything ran where it was called: results are in place, nothing to wait for.

@@ -92,7 +92,7 @@ typedef struct cuda_state {
 static void pin_region(const eng_model *m, int k, void **p, size_t *bytes) {
   const eng_shard *sh = &m->shards[k / 2];
   if (k % 2 == 0) *p = sh->work, *bytes = sh->numel * sizeof(uint16_t);
-  else *p = sh->g, *bytes = sh->numel * (sh->g_bf16 ? sizeof(uint16_t) : sizeof(float));
+  else *p = sh->g, *bytes = sh->g_numel * (sh->g_bf16 ? sizeof(uint16_t) : sizeof(float));
 }
 
 static int cuda_open(eng_exec *x, eng_err *e) {
@@ -279,20 +279,20 @@ static int cuda_grad_finish(eng_exec *x, int slot, int shard, eng_err *e) {
   return rc ? rc : eng_dev_cuda_mark(x->dev, &s->gmark[slot], e);
 }
 
-// dy of boundary 0 crosses once; the host scatters it into the embedding's
-// fp32 gradient in row order, a chunk at a time (the same sums as one call).
+// dy of boundary 0 crosses once (a failed copy surfaces in end); the host
+// scatters it into the embedding's fp32 gradient in row order, a chunk at a
+// time (the same sums as one call).
 static int cuda_embed_bwd(eng_exec *x, const void *dy, const int32_t *ids, eng_err *e) {
-  (void)e; // a failed copy surfaces in end
   cuda_state *s = x->be;
   const size_t n = (size_t)x->p.batch * x->p.seq_len, d = (size_t)x->m->cfg.d_model;
   const size_t chunk = EMBED_CHUNK_FLOATS / d ? EMBED_CHUNK_FLOATS / d : 1;
   x->dev->ops->copy_out(x->dev, x->stage, dy, x->bnd_bytes);
   const uint16_t *rows = x->stage;
-  float *g = x->m->shards[0].g;
   for (size_t r0 = 0; r0 < n; r0 += chunk) {
     size_t nr = n - r0 < chunk ? n - r0 : chunk;
     eng_bf16_to_f32_n(s->rows, rows + r0 * d, nr * d, ENG_ISA_AUTO);
-    eng_k_embed_bwd(g, s->rows, ids + r0, (int)nr, (int)d);
+    int rc = eng_model_embed_grad_add(x->m, s->rows, ids + r0, (int)nr, e);
+    if (rc) return rc;
   }
   return 0;
 }

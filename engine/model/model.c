@@ -7,6 +7,7 @@
 
 #include "common/bf16.h"
 #include "common/rng.h"
+#include "kernels/kernels.h"
 
 // align: 64, or a page for memory that a GPU backend page-locks (pinning
 // works on whole pages, and a page must not be shared with another pinned
@@ -57,6 +58,12 @@ static int tensor_frozen(const eng_layout *lo, int s, const eng_tensor *t, const
 // The gradient store of shard s holds bf16 (the embedding's is always fp32).
 static int shard_g_bf16(int s, const eng_model_opts *o) { return o->grad_bf16 && s != 0; }
 
+// Rows of an untied embedding's gradient store under options o: the most a
+// step touches, 0 for the whole table (tied, the head's gradient covers it).
+static int embed_rows(const eng_layout *lo, const eng_config *c, const eng_model_opts *o) {
+  return lo->lm_head.numel && o->embed_rows > 0 && o->embed_rows < c->vocab ? o->embed_rows : 0;
+}
+
 // Where each tensor's gradient sits in shard s's store (g_off) and its size:
 // the layout's offsets, or, when some tensors are frozen (POET-X's W0), the
 // others packed: a frozen tensor has no gradient store.
@@ -96,6 +103,7 @@ static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e)
   sh->w_numel = sh->numel;
   for (int i = 0; i < sh->n_tensors; i++) sh->w_off[i] = sh->tensors[i].off;
   if (based) sh->w_numel = shard_g_layout(lo, s, sh->tensors, sh->n_tensors, o, sh->w_off);
+  if (s == 0 && m->rows_cap) sh->g_numel = (size_t)m->rows_cap * (size_t)m->cfg.d_model; // by rows
   size_t pinned_align = o->work_bf16 ? 4096 : 64; // g and work cross PCIe on a GPU
   sh->w = alloc_zeroed(sh->w_numel * sizeof(float), 64);
   sh->base = based ? alloc_zeroed(sh->numel * sizeof(uint16_t), 64) : NULL;
@@ -127,8 +135,16 @@ int eng_model_alloc(eng_model *m, const eng_config *c, const eng_model_opts *o, 
       return rc;
     }
   }
+  if ((m->rows_cap = embed_rows(&m->lo, c, o))) {
+    m->row_of = malloc((size_t)c->vocab * sizeof *m->row_of);
+    m->token_of = malloc((size_t)m->rows_cap * sizeof *m->token_of);
+    if (m->row_of)
+      for (int v = 0; v < c->vocab; v++) m->row_of[v] = -1;
+  }
   m->shards = calloc((size_t)m->lo.n_shards, sizeof *m->shards);
-  if (!m->shards) {
+  if (!m->shards || (m->rows_cap && (!m->row_of || !m->token_of))) {
+    free(m->shards), free(m->row_of), free(m->token_of);
+    m->shards = NULL, m->row_of = m->token_of = NULL;
     eng_poet_model_free(&m->poet);
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate the shard table");
   }
@@ -154,8 +170,61 @@ void eng_model_free(eng_model *m) {
     }
   }
   free(m->shards);
+  free(m->row_of);
+  free(m->token_of);
   m->shards = NULL;
+  m->row_of = m->token_of = NULL;
   eng_poet_model_free(&m->poet);
+}
+
+size_t eng_model_grad_bytes(const eng_model *m) {
+  size_t n = m->row_of ? ((size_t)m->cfg.vocab + (size_t)m->rows_cap) * sizeof(int32_t) : 0;
+  for (int s = 0; s < m->lo.n_shards; s++)
+    n += m->shards[s].g_numel * (m->shards[s].g_bf16 ? sizeof(uint16_t) : sizeof(float));
+  return n;
+}
+
+void eng_model_embed_grad_reset(eng_model *m) {
+  const size_t d = (size_t)m->cfg.d_model;
+  if (!m->row_of) {
+    memset(m->shards[0].g, 0, m->shards[0].g_numel * sizeof(float));
+    return;
+  }
+  for (int r = 0; r < m->rows_used; r++) m->row_of[m->token_of[r]] = -1;
+  memset(m->shards[0].g, 0, (size_t)m->rows_used * d * sizeof(float));
+  m->rows_used = 0;
+}
+
+int eng_model_embed_grad_add(eng_model *m, const float *dx, const int32_t *ids, int n, eng_err *e) {
+  const int d = m->cfg.d_model;
+  if (!m->row_of) {
+    eng_k_embed_bwd(m->shards[0].g, dx, ids, n, d);
+    return 0;
+  }
+  // The same kernel over the tokens' rows, a run of tokens at a time: each
+  // element's sum takes its terms in token order, as in the whole table.
+  enum { RUN = 1024 };
+  int32_t rows[RUN];
+  for (int i0 = 0; i0 < n; i0 += RUN) {
+    const int k = n - i0 < RUN ? n - i0 : RUN;
+    for (int i = 0; i < k; i++) {
+      int32_t v = ids[i0 + i];
+      if (m->row_of[v] < 0) {
+        if (m->rows_used == m->rows_cap)
+          return eng_err_set(e, ENG_ESTATE, "the embedding's gradient store has %d rows, and a step has more tokens",
+                             m->rows_cap);
+        m->token_of[m->rows_used] = v;
+        m->row_of[v] = m->rows_used++;
+      }
+      rows[i] = m->row_of[v];
+    }
+    eng_k_embed_bwd(m->shards[0].g, dx + (size_t)i0 * d, rows, k, d);
+  }
+  return 0;
+}
+
+size_t eng_model_embed_grad_floats(const eng_model *m) {
+  return m->row_of ? (size_t)m->rows_used * (size_t)m->cfg.d_model : m->shards[0].g_numel;
 }
 
 size_t eng_model_opt_bytes(const eng_model *m) {
@@ -221,6 +290,12 @@ void eng_model_grad_get(const eng_model *m, int s, const eng_tensor *t, float *d
     if (sh->tensors[i].off == t->off) off = sh->g_off[i];
   if (off == SIZE_MAX) { // frozen
     memset(dst, 0, t->numel * sizeof *dst);
+  } else if (s == 0 && m->row_of) {
+    const size_t d = (size_t)m->cfg.d_model;
+    for (int v = 0; v < m->cfg.vocab; v++) {
+      if (m->row_of[v] < 0) memset(dst + v * d, 0, d * sizeof *dst);
+      else memcpy(dst + v * d, (const float *)sh->g + (size_t)m->row_of[v] * d, d * sizeof *dst);
+    }
   } else if (sh->g_bf16) {
     const uint16_t *g = (const uint16_t *)sh->g + off;
     for (size_t i = 0; i < t->numel; i++) dst[i] = eng_bf16_to_f32(g[i]);
@@ -290,7 +365,11 @@ int eng_model_state_parts(const eng_config *c, const eng_model_opts *o, eng_mode
     int based = o->poet_base_bf16 && g_numel < numel; // then w packs as g does
     b->master += based ? g_numel * sizeof(float) + numel * sizeof(uint16_t) : numel * sizeof(float);
     b->work += o->work_bf16 ? numel * sizeof(uint16_t) : 0;
-    b->grad += g_numel * (shard_g_bf16(s, o) ? 2 : 4);
+    const int rows = s == 0 ? embed_rows(&lo, c, o) : 0;
+    if (rows) // the rows, and the maps between rows and tokens
+      b->grad += (size_t)rows * (size_t)c->d_model * sizeof(float) + ((size_t)c->vocab + rows) * sizeof(int32_t);
+    else
+      b->grad += g_numel * (shard_g_bf16(s, o) ? 2 : 4);
     for (int i = 0; i < nt; i++) {
       eng_adamw8_opts ao = tensor_opt_opts(&lo, s, &ts[i], o);
       if (!tensor_frozen(&lo, s, &ts[i], o)) b->opt += eng_adamw8_state_bytes(ts[i].numel, &ao);

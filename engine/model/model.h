@@ -47,6 +47,8 @@ typedef struct eng_model_opts {
   int poet_block;         // POET-X with this block size (poet/state.h); 0: every tensor trains
   int poet_base_bf16;     // POET-X: its frozen tensors held in bf16 (half the bytes; a merge
                           // rounds the new W0), not in the fp32 master; cpu backend only
+  int embed_rows;         // the most tokens a step has: an untied embedding's gradient store holds
+                          // that many rows (a step touches no more), not the vocabulary's; 0: all
 } eng_model_opts;
 
 typedef struct eng_model {
@@ -54,6 +56,12 @@ typedef struct eng_model {
   eng_layout lo;
   eng_shard *shards; // lo.n_shards entries
   eng_poet_model poet; // POET-X: poet.layers non-NULL; its W0 and biases are frozen in the shards
+  // The embedding's gradient by rows (eng_model_opts.embed_rows): shard 0's g
+  // holds rows_cap rows, the first rows_used of them the tokens the step has
+  // seen, in the order it saw them: row_of[v] token v's row (-1: none, a zero
+  // gradient), token_of[r] row r's token. NULL: g is the whole table.
+  int32_t *row_of, *token_of;
+  int rows_cap, rows_used;
 } eng_model;
 
 // Allocates every shard (weights, gradients, optimizer state zeroed), and
@@ -63,11 +71,24 @@ typedef struct eng_model {
 int eng_model_alloc(eng_model *m, const eng_config *c, const eng_model_opts *o, eng_err *e);
 void eng_model_free(eng_model *m);
 
-// Bytes allocated for optimizer state (every tensor's region, as allocated).
+// Bytes allocated for optimizer state (every tensor's region, as allocated),
+// and for the gradient store (with the embedding's maps between rows and
+// tokens).
 size_t eng_model_opt_bytes(const eng_model *m);
+size_t eng_model_grad_bytes(const eng_model *m);
 
-// Gradient of shard s's tensor t as fp32 into dst (converting a bf16 store).
+// Gradient of shard s's tensor t as fp32 into dst (converting a bf16 store,
+// spreading the embedding's rows).
 void eng_model_grad_get(const eng_model *m, int s, const eng_tensor *t, float *dst);
+
+// The embedding's gradient store (shard 0's, fp32), which the backward
+// fills: reset to zero (the rows in use, or the table); the rows of dx [n,
+// d_model] added to the rows of their tokens ids, eng_k_embed_bwd's sums
+// (ENG_ESTATE if the store has no row left: more tokens than a step has);
+// and the floats of it in use, which hold every nonzero value.
+void eng_model_embed_grad_reset(eng_model *m);
+int eng_model_embed_grad_add(eng_model *m, const float *dx, const int32_t *ids, int n, eng_err *e);
+size_t eng_model_embed_grad_floats(const eng_model *m);
 
 // Random init as transformers does for these models: linear weights and the
 // embedding ~ N(0, init_std), norm weights 1, biases 0. Each tensor draws

@@ -148,11 +148,27 @@ void eng_adamw8_blk_scalar(const aw8_args *a, size_t b, aw8_bstat *st) {
 
 // ---- the pass ----------------------------------------------------------------
 
+// Elements i0..i0+n of a gradient held by rows (eng_adamw8_io.g_rows) into
+// dst, zero in the rows it does not hold.
+static const float *rows_gather(float *dst, const eng_adamw8_io *io, size_t i0, size_t n) {
+  const float *g = io->g;
+  const size_t len = io->g_row_len;
+  for (size_t j = 0; j < n;) {
+    const size_t i = i0 + j, col = i % len, k = len - col < n - j ? len - col : n - j;
+    const int32_t r = io->g_rows[i / len];
+    if (r < 0) memset(dst + j, 0, k * sizeof *dst);
+    else memcpy(dst + j, g + (size_t)r * len + col, k * sizeof *dst);
+    j += k;
+  }
+  return dst;
+}
+
 int eng_adamw8_update(eng_adamw8_state *s, const eng_adamw8_io *io, const eng_adamw8_hparams *h,
                       eng_isa isa, eng_adamw8_stats *st, eng_err *e) {
   const int dtype_ok = (io->g_type == ENG_ADAMW8_F32 || io->g_type == ENG_ADAMW8_BF16) &&
                        (io->work_type == ENG_ADAMW8_F32 || io->work_type == ENG_ADAMW8_BF16);
-  if ((s->numel && (!io->w || !io->g)) || !dtype_ok || h->t < 1)
+  if ((s->numel && (!io->w || !io->g)) || !dtype_ok || h->t < 1 ||
+      (io->g_rows && (io->g_type != ENG_ADAMW8_F32 || !io->g_row_len)))
     return eng_err_set(e, ENG_EINVAL,
                        "adamw8: update of %zu elements needs weights, a gradient, known dtypes and step t >= 1 "
                        "(t = %lld)", s->numel, (long long)h->t);
@@ -191,7 +207,15 @@ int eng_adamw8_update(eng_adamw8_state *s, const eng_adamw8_io *io, const eng_ad
     aw8_bstat sum = {0};
     for (size_t b = ch * nb / nc; b < (ch + 1) * nb / nc; b++) {
       aw8_bstat one;
-      fn(&a, b, &one);
+      if (io->g_rows) {
+        float gb[ENG_ADAMW8_BLOCK_MAX] __attribute__((aligned(64)));
+        aw8_args ab = a;
+        ab.g0 = b * (size_t)s->block;
+        ab.gf = rows_gather(gb, io, ab.g0, aw8_block_len(s, b));
+        fn(&ab, b, &one);
+      } else {
+        fn(&a, b, &one);
+      }
       sum.sumsq += one.sumsq;
       sum.amax = aw8_max(one.amax, sum.amax);
       sum.nonfinite += one.nonfinite;

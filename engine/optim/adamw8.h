@@ -107,6 +107,8 @@ typedef struct eng_adamw8_io {
   eng_adamw8_dtype g_type;
   void *work;                 // working copy written from the new w; NULL: none
   eng_adamw8_dtype work_type; // fp32 (the cpu backend) or bf16, rounded to nearest even
+  const int32_t *g_rows;      // NULL, or g by rows of g_row_len elements (fp32, an embedding's):
+  size_t g_row_len;           // row r is g's row g_rows[r], zero where that is -1
 } eng_adamw8_io;
 
 // What one pass did. An element whose clipped gradient, or new second

@@ -103,8 +103,8 @@ AVX2 void eng_adamw8_blk_avx2(const aw8_args *a, size_t b, aw8_bstat *st) {
   const eng_adamw_coef *c = &a->c;
   // Locals and block-relative pointers, so that the stores below cannot make
   // the compiler reload them.
-  const float *const gf = a->gf ? a->gf + i0 : NULL;
-  const uint16_t *const gb = a->gb ? a->gb + i0 : NULL;
+  const float *const gf = a->gf ? a->gf + (i0 - a->g0) : NULL;
+  const uint16_t *const gb = a->gb ? a->gb + (i0 - a->g0) : NULL;
   uint16_t *const wb = a->wb ? a->wb + i0 : NULL;
   uint8_t *const mq = s->mq + i0, *const vq = s->vq + i0;
   float mb[ENG_ADAMW8_BLOCK_MAX] __attribute__((aligned(32)));

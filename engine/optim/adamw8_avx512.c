@@ -45,8 +45,8 @@ AVX512 void eng_adamw8_blk_avx512(const aw8_args *a, size_t b, aw8_bstat *st) {
   // Locals, so that the stores below cannot make the compiler reload them.
   float *const w = a->w + i0, *const wf = a->wf ? a->wf + i0 : NULL;
   uint16_t *const wb = a->wb ? a->wb + i0 : NULL;
-  const float *const gf = a->gf ? a->gf + i0 : NULL;
-  const uint16_t *const gb = a->gb ? a->gb + i0 : NULL;
+  const float *const gf = a->gf ? a->gf + (i0 - a->g0) : NULL;
+  const uint16_t *const gb = a->gb ? a->gb + (i0 - a->g0) : NULL;
   uint8_t *const mq = s->mq + i0, *const vq = s->vq + i0;
   const float *const mval = a->qm->value, *const vval = a->qv->value;
   float mb[ENG_ADAMW8_BLOCK_MAX] __attribute__((aligned(64)));

@@ -20,6 +20,8 @@ typedef struct aw8_args {
   float *w;
   const float *gf;          // exactly one of gf / gb is set
   const uint16_t *gb;
+  size_t g0;                // the element gf[0] / gb[0] is: 0, or a block's first (its gradient
+                            // gathered apart, eng_adamw8_io.g_rows)
   float *wf;                // working copy: at most one of wf / wb is set
   uint16_t *wb;
 } aw8_args;
@@ -67,7 +69,7 @@ static inline float aw8_max(float x, float y) { return x > y ? x : y; }
 static inline void aw8_elem(const aw8_args *a, size_t i, size_t j, float *m, float *v, int sqrt_v,
                             aw8_acc *acc) {
   const eng_adamw_coef *c = &a->c;
-  float g = a->gf ? a->gf[i] : eng_bf16_to_f32(a->gb[i]);
+  float g = a->gf ? a->gf[i - a->g0] : eng_bf16_to_f32(a->gb[i - a->g0]);
   float w = a->w[i];
   float v0 = sqrt_v ? *v * *v : *v;
   float gi = g * c->clip;

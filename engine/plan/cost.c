@@ -42,11 +42,12 @@ static layer_work layer_fwd_work(const eng_config *c, const eng_layout *lo, doub
 
 // Host bytes of the training state (DESIGN §2), part by part as the engine
 // allocates it (model/model.h): fp32 master, moments, gradient store (the
-// embedding's in fp32), pinned working copy, POET-X's state.
-static int host_state_bytes(const eng_config *c, const eng_profile *p, eng_plan_cost *k, eng_err *e) {
+// embedding's in fp32, untied by the rows of a step's tokens), pinned working
+// copy, POET-X's state.
+static int host_state_bytes(const eng_config *c, const eng_profile *p, int tokens, eng_plan_cost *k, eng_err *e) {
   eng_model_opts mo = {.grad_bf16 = p->grad_store_bytes == 2, .opt_fp32 = !p->opt_8bit,
                        .work_bf16 = p->pinned_copy, .poet_block = p->poet_block,
-                       .poet_base_bf16 = p->poet_base_bf16};
+                       .poet_base_bf16 = p->poet_base_bf16, .embed_rows = tokens};
   eng_model_bytes b;
   if (eng_model_state_parts(c, &mo, &b)) return eng_err_set(e, ENG_EINVAL, "plan: the model state does not fit");
   k->host_master = (double)b.master;
@@ -215,7 +216,7 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
   k->dev_fixed = (double)ar.fixed;
   k->bnd_dev = (double)ar.bnd;
   k->inner = (double)ar.inner;
-  if ((rc = host_state_bytes(c, p, k, e))) return rc;
+  if ((rc = host_state_bytes(c, p, batch * seq_len, k, e))) return rc;
 
   k->dev_budget = p->device_bytes - p->device_reserve;
   k->host_budget = p->host_bytes - p->host_reserve;

@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
         vstate_step(&vs, w[k], g, n, &h);
         continue;
       }
-      eng_adamw8_io io = {w[k], g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32};
+      eng_adamw8_io io = {w[k], g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32, NULL, 0};
       if (eng_adamw8_update(&s[k], &io, &h, ENG_ISA_AUTO, NULL, &e)) {
         fprintf(stderr, "bench_optim_block: %s\n", e.msg);
         return 1;

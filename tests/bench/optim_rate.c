@@ -67,7 +67,7 @@ static int adamw8(size_t params, int tensors, int reps, int block) {
     h.t = r + 2;
     double t0 = eng_now();
     for (int t = 0; t < tensors; t++) {
-      eng_adamw8_io io = {w[t], g[t], ENG_ADAMW8_BF16, work[t], ENG_ADAMW8_BF16};
+      eng_adamw8_io io = {w[t], g[t], ENG_ADAMW8_BF16, work[t], ENG_ADAMW8_BF16, NULL, 0};
       if (eng_adamw8_update(&s[t], &io, &h, ENG_ISA_AUTO, NULL, &e)) {
         fprintf(stderr, "bench_optim_rate: %s\n", e.msg);
         return 1;

@@ -234,7 +234,7 @@ static void run_config(size_t numel, int block, size_t min_quant, int gbf16, int
         h.t = k + 1;
         eng_adamw8_io io = {w, gbf16 ? (const void *)gb[k] : (const void *)g32[k],
                             gbf16 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32, work == 0 ? NULL : work == 1 ? (void *)wf : (void *)wb,
-                            work == 2 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32};
+                            work == 2 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32, NULL, 0};
         eng_adamw8_stats st;
         CHECK_OK(eng_adamw8_update(&s, &io, &h, isa, &st, &e), &e);
         same_bits(w, snap[k].w, numel * 4, "w", cfg);
@@ -268,7 +268,7 @@ static void fp32_matches_adamw(void) {
     fill_grad(g, n, 256);
     eng_adamw8_hparams h = hp0;
     h.t = k;
-    eng_adamw8_io io = {w, g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32};
+    eng_adamw8_io io = {w, g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32, NULL, 0};
     CHECK_OK(eng_adamw8_update(&s, &io, &h, ENG_ISA_AUTO, NULL, &e), &e);
     eng_adamw_update(w2, g, m, v, n, h.lr, h.wd, h.beta1, h.beta2, h.eps, h.clip_scale, h.t);
     same_bits(w, w2, n * 4, "w", "fp32 state vs eng_adamw_update");
@@ -293,7 +293,7 @@ static void nonfinite_counted(void) {
     fill_grad(g, n, 256);
     g[5] = NAN, g[300] = INFINITY, g[999] = -1e30f; // 999: the scalar tail of the last block
     for (size_t i = 0; i < n; i++) w[i] = wf[i] = 0.5f;
-    eng_adamw8_io io = {w, g, ENG_ADAMW8_F32, wf, ENG_ADAMW8_F32};
+    eng_adamw8_io io = {w, g, ENG_ADAMW8_F32, wf, ENG_ADAMW8_F32, NULL, 0};
     eng_adamw8_stats st;
     CHECK_OK(eng_adamw8_update(&s, &io, &hp0, isa, &st, &e), &e);
     CHECK(st.nonfinite == 3, "%s: %zu non-finite gradients counted, 3 expected", eng_isa_name(isa), st.nonfinite);
@@ -329,10 +329,10 @@ static void save_restore(void) {
       CHECK_OK(eng_adamw8_state_restore(&b, a.mem, a.bytes, &e), &e);
       memcpy(wb, wa, n * 4);
     }
-    eng_adamw8_io ia = {wa, g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32};
+    eng_adamw8_io ia = {wa, g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32, NULL, 0};
     CHECK_OK(eng_adamw8_update(&a, &ia, &h, ENG_ISA_AUTO, NULL, &e), &e);
     if (k > STEPS) {
-      eng_adamw8_io ib = {wb, g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32};
+      eng_adamw8_io ib = {wb, g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32, NULL, 0};
       CHECK_OK(eng_adamw8_update(&b, &ib, &h, ENG_ISA_AUTO, NULL, &e), &e);
       same_bits(wb, wa, n * 4, "w", "after restore");
       same_bits(b.mem, a.mem, a.bytes, "state region", "after restore");
@@ -370,7 +370,7 @@ static void memory_and_options(void) {
   CHECK(eng_adamw8_state_init(&s, n, NULL, (void *)(uintptr_t)8, &e) == ENG_EINVAL, "misaligned memory is refused");
   CHECK_OK(eng_adamw8_state_init(&s, 100, NULL, NULL, &e), &e);
   float w[100] = {0}, g[100] = {0};
-  eng_adamw8_io io = {w, g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32};
+  eng_adamw8_io io = {w, g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32, NULL, 0};
   eng_adamw8_hparams h0 = hp0;
   h0.t = 0;
   CHECK(eng_adamw8_update(&s, &io, &h0, ENG_ISA_AUTO, NULL, &e) == ENG_EINVAL && strstr(e.msg, "t = 0"),
@@ -381,11 +381,56 @@ static void memory_and_options(void) {
   for (eng_isa isa = ENG_ISA_AVX2; isa <= ENG_ISA_AVX512; isa++)
     if (!eng_isa_supported(isa)) {
       CHECK_OK(eng_adamw8_state_init(&s, n, NULL, NULL, &e), &e);
-      CHECK(eng_adamw8_update(&s, &(eng_adamw8_io){w, g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32}, &hp0, isa, NULL, &e) ==
+      CHECK(eng_adamw8_update(&s, &(eng_adamw8_io){w, g, ENG_ADAMW8_F32, NULL, ENG_ADAMW8_F32, NULL, 0}, &hp0, isa, NULL, &e) ==
                 ENG_ENOTSUP,
             "an unsupported path is refused");
       eng_adamw8_state_free(&s);
     }
+}
+
+// A gradient held by rows (an embedding's: the rows of the tokens a step
+// saw, in the order it saw them) updates exactly as the whole table with
+// zeros elsewhere, on every path, 8-bit and fp32 state, with rows that do
+// not divide the blocks (96 values against 64 and 2048).
+static void rows_match_table(void) {
+  enum { VOCAB = 700, D = 96, ROWS = 40 };
+  const size_t n = (size_t)VOCAB * D;
+  float *g = calloc(n, sizeof *g), *gr = malloc(sizeof(float) * ROWS * D);
+  int32_t row_of[VOCAB];
+  for (int v = 0; v < VOCAB; v++) row_of[v] = -1;
+  for (int r = 0; r < ROWS; r++) {
+    int v = (int)(urand() * VOCAB);
+    while (row_of[v] >= 0) v = (v + 1) % VOCAB;
+    row_of[v] = r;
+    for (int j = 0; j < D; j++) gr[r * D + j] = g[(size_t)v * D + j] = (float)(urand() - 0.5);
+  }
+  for (int fp32 = 0; fp32 < 2; fp32++)
+    for (int block = 64; block <= 2048; block *= 32)
+      for (eng_isa isa = ENG_ISA_SCALAR; isa <= ENG_ISA_AVX512; isa++) {
+        if (!eng_isa_supported(isa)) continue;
+        eng_adamw8_opts o = {.block = block, .fp32_state = fp32};
+        eng_adamw8_state a, b;
+        eng_err e = {0};
+        CHECK_OK(eng_adamw8_state_init(&a, n, &o, NULL, &e), &e);
+        CHECK_OK(eng_adamw8_state_init(&b, n, &o, NULL, &e), &e);
+        float *wa = malloc(sizeof(float) * n), *wb = malloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) wa[i] = wb[i] = (float)(urand() - 0.5);
+        for (int t = 1; t <= 3; t++) {
+          eng_adamw8_hparams h = hp0;
+          h.t = t;
+          eng_adamw8_io ia = {.w = wa, .g = g, .g_type = ENG_ADAMW8_F32};
+          eng_adamw8_io ib = {.w = wb, .g = gr, .g_type = ENG_ADAMW8_F32, .g_rows = row_of, .g_row_len = D};
+          CHECK_OK(eng_adamw8_update(&a, &ia, &h, isa, NULL, &e), &e);
+          CHECK_OK(eng_adamw8_update(&b, &ib, &h, isa, NULL, &e), &e);
+        }
+        CHECK(memcmp(wa, wb, sizeof(float) * n) == 0, "by rows = the table (%s, block %d, %s state)",
+              eng_isa_name(isa), block, fp32 ? "fp32" : "8-bit");
+        eng_adamw8_io bad = {.w = wb, .g = gr, .g_type = ENG_ADAMW8_BF16, .g_rows = row_of, .g_row_len = D};
+        CHECK(eng_adamw8_update(&b, &bad, &hp0, isa, NULL, &e) == ENG_EINVAL, "bf16 rows are refused");
+        free(wa), free(wb);
+        eng_adamw8_state_free(&a), eng_adamw8_state_free(&b);
+      }
+  free(g), free(gr);
 }
 
 int main(void) {
@@ -406,6 +451,7 @@ int main(void) {
   nonfinite_counted();
   save_restore();
   memory_and_options();
+  rows_match_table();
   printf("adamw8: ok\n");
   return 0;
 }
