@@ -70,6 +70,27 @@ static void print_job(const Traind__V1__Job *j) {
     if (j->state == K(JOB_STATE__JOB_STATE_RUNNING)) printf(", ETA %s", eta);
     printf("\n");
   }
+  const Traind__V1__Compute *cp = j->compute;
+  if (cp) {
+    char wall[32];
+    ctl_fmt_duration(cp->wall_seconds, wall, sizeof wall);
+    printf("compute    %lld tokens (%lld counted), %.3g model FLOPs (%.3g executed), %s", (long long)cp->tokens,
+           (long long)cp->counted_tokens, cp->model_flops, cp->executed_flops, wall);
+    if (!isnan(cp->mfu)) printf(", MFU %.1f%% of %.3g FLOP/s", 100.0 * cp->mfu, cp->peak_flops);
+    printf("\n");
+    if (*cp->stop_reason) printf("stopped by %s after %zu evaluation%s\n", cp->stop_reason, cp->n_evals,
+                                 cp->n_evals == 1 ? "" : "s");
+  }
+  const Traind__V1__BudgetSpec *b = j->spec ? j->spec->budget : NULL;
+  if (b) {
+    printf("budget    ");
+    if (b->max_tokens) printf(" tokens %lld", (long long)b->max_tokens);
+    if (b->max_flops > 0) printf(" FLOPs %.3g", b->max_flops);
+    if (b->max_wall_seconds > 0) printf(" wall %gs", b->max_wall_seconds);
+    if (b->gain_tau > 0) printf(" gain_tau %.3g", b->gain_tau);
+    if (b->gl_alpha > 0) printf(" gl_alpha %g", b->gl_alpha);
+    printf("\n");
+  }
   printf("checkpoint %s", j->checkpoint_step >= 0 ? "" : "none yet");
   if (j->checkpoint_step >= 0) printf("step %lld", (long long)j->checkpoint_step);
   printf("\nevents     %llu (trainctl logs %s)\n", (unsigned long long)j->last_seq, j->id);

@@ -30,8 +30,11 @@ static void print_step(const Traind__V1__StepMetrics *m, int live) {
   fmt_ms(p ? p->optimizer_wait : 0, o, sizeof o);
   printf("%sstep %lld/%lld  loss %.4f", live ? "\r\033[K" : "", (long long)m->step, (long long)m->total_steps, m->loss);
   if (!isnan(m->eval_loss)) printf("  eval %.4f", m->eval_loss);
-  printf("  %.0f tok/s  ETA %s  fwd %s loss %s bwd %s opt %s%s%s", m->tokens_per_s, eta, f, l, b, o,
-         m->skipped ? "  (skipped: non-finite)" : "", live ? "" : "\n");
+  printf("  %.0f tok/s  ETA %s  fwd %s loss %s bwd %s opt %s  FLOPs %.3g", m->tokens_per_s, eta, f, l, b, o,
+         m->total_model_flops);
+  if (!isnan(m->mfu) && m->mfu > 0) printf("  MFU %.1f%%", 100.0 * m->mfu);
+  printf("%s%s%s%s", m->skipped ? "  (skipped: non-finite)" : "", *m->stop_reason ? "  stopping: " : "",
+         m->stop_reason, live ? "" : "\n");
   fflush(stdout);
 }
 

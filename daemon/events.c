@@ -81,6 +81,14 @@ int event_step(traind *d, job *j, const eng_metrics *m) {
   sm.tokens_per_s = m->tokens_per_s;
   sm.phases = &ph;
   sm.peak_device_bytes = (int64_t)m->peak_arena;
+  sm.counted_tokens = m->counted;
+  sm.model_flops = m->flops_model;
+  sm.executed_flops = m->flops_exec;
+  sm.mfu = m->mfu;
+  sm.total_tokens = m->total.tokens;
+  sm.total_model_flops = m->total.flops_model;
+  sm.wall_seconds = m->total.wall_s;
+  sm.stop_reason = (char *)eng_stop_name(m->stop);
   T(JobEvent) ev = K(JOB_EVENT__INIT);
   ev.kind_case = K(JOB_EVENT__KIND_STEP);
   ev.step = &sm;

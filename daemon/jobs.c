@@ -114,7 +114,47 @@ static void job_free(job *j) {
   free(j->plan);
   free(j->timeline);
   free(j->timeline_plan);
+  if (j->compute) protobuf_c_message_free_unpacked(&j->compute->base, NULL);
   free(j);
+}
+
+int job_compute_step(job *j, const eng_metrics *m) {
+  T(Compute) *c = j->compute;
+  if (!c) {
+    if (!(c = j->compute = malloc(sizeof *c))) return -1;
+    traind__v1__compute__init(c);
+  }
+  c->tokens = m->total.tokens;
+  c->counted_tokens = m->total.counted;
+  c->model_flops = m->total.flops_model;
+  c->executed_flops = m->total.flops_exec;
+  c->wall_seconds = m->total.wall_s;
+  c->mfu = m->mfu;
+  c->peak_flops = m->peak_flops;
+  c->gain = m->gain;
+  c->fit_a = m->fit_a;
+  c->fit_b = m->fit_b;
+  const char *why = eng_stop_name(m->stop);
+  if (strcmp(c->stop_reason, why)) {
+    char *s = strdup(why);
+    if (!s) return -1;
+    if (c->stop_reason != protobuf_c_empty_string) free(c->stop_reason);
+    c->stop_reason = s;
+  }
+  if (!m->evaluated) return 0;
+  while (c->n_evals && c->evals[c->n_evals - 1]->step >= m->step) free(c->evals[--c->n_evals]);
+  T(EvalPoint) **ev = realloc(c->evals, (c->n_evals + 1) * sizeof *ev);
+  if (!ev) return -1;
+  c->evals = ev;
+  T(EvalPoint) *p = malloc(sizeof *p);
+  if (!p) return -1;
+  traind__v1__eval_point__init(p);
+  p->step = m->step;
+  p->tokens = m->total.tokens;
+  p->model_flops = m->total.flops_model;
+  p->loss = m->eval_loss;
+  ev[c->n_evals++] = p;
+  return 0;
 }
 
 int job_insert(traind *d, job *j) {
@@ -161,6 +201,7 @@ void job_pb(const job *j, int with_spec, T(Job) *out, T(ModelConfig) *model_buf,
   out->plan = j->plan ? j->plan : "";
   out->owner = (char *)j->owner;
   out->owner_gid = j->owner_gid;
+  out->compute = j->compute;
 }
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *n) {
@@ -254,6 +295,8 @@ static job *job_from_record(const char *id, const void *buf, size_t n) {
   j->params = r->parameters;
   j->plan = *r->plan ? strdup(r->plan) : NULL;
   j->owner_gid = r->owner_gid;
+  j->compute = r->compute;
+  r->compute = NULL;
   if (job_owner_set(j, r->owner, r->request_id)) {
     job_free(j);
     protobuf_c_message_free_unpacked(&r->base, NULL);

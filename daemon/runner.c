@@ -149,7 +149,7 @@ static void run_job(runner *r) {
     }
   }
   int64_t saved = run ? eng_steps_done(run) : 0;
-  while (!rc && eng_steps_done(run) < p->total_steps) {
+  while (!rc && eng_steps_done(run) < p->total_steps && !eng_run_govern(run)->stop) {
     runner_msg *m = msg_new(r, RUN_STEP);
     eng_metrics mm;
     rc = eng_step(run, m ? &m->m : &mm, &e);
@@ -162,7 +162,9 @@ static void run_job(runner *r) {
     eng_err ignored; // a step without its drawing is still a step
     if (m && eng_timeline_svg(run, &m->m, &m->text, &ignored)) m->text = NULL;
     post(r, m);
-    if (done < p->total_steps && done % p->ckpt_every == 0 && !(rc = save(r, run, &st, &e))) saved = done;
+    if (done < p->total_steps && !eng_run_govern(run)->stop && done % p->ckpt_every == 0 &&
+        !(rc = save(r, run, &st, &e)))
+      saved = done;
   }
   int64_t steps = run ? eng_steps_done(run) : 0;
   if (rc == ENG_ECANCEL && r->stop) {

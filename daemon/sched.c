@@ -242,9 +242,10 @@ static void on_step(traind *d, job *j, const eng_metrics *m) {
   j->phases.backward = m->t_bwd;
   j->phases.optimizer_wait = m->t_opt_wait;
   j->phases.total = m->t_total;
+  if (job_compute_step(j, m)) log_err("job %s: out of memory for its compute record", j->id);
   int64_t now = now_ms();
   if (now - j->last_step_event_ms >= d->cfg.metrics_interval_ms || m->step == p->total_steps || m->step == 1 ||
-      !isnan(m->eval_loss) || m->skipped) {
+      m->evaluated || m->skipped || m->stop) {
     j->last_step_event_ms = now;
     event_step(d, j, m);
     if (m->skipped)
@@ -254,9 +255,40 @@ static void on_step(traind *d, job *j, const eng_metrics *m) {
   }
 }
 
+// Why a job that succeeded ended: its steps, or the budget or stopping rule
+// (compute/govern.h) with the figures it decided on.
+static void stop_describe(const job *j, char *out, size_t n) {
+  const Traind__V1__Compute *c = j->compute;
+  const Traind__V1__BudgetSpec *b = j->spec->budget;
+  const char *why = c ? c->stop_reason : "";
+  if (!b || !*why) snprintf(out, n, "trained to its budget");
+  else if (!strcmp(why, "max_tokens"))
+    snprintf(out, n, "stopped by budget.max_tokens: %lld of %lld tokens trained; another step would pass it",
+             (long long)c->tokens, (long long)b->max_tokens);
+  else if (!strcmp(why, "max_flops"))
+    snprintf(out, n, "stopped by budget.max_flops: %.4g of %.4g model FLOPs spent; another step would pass it",
+             c->model_flops, b->max_flops);
+  else if (!strcmp(why, "max_wall"))
+    snprintf(out, n, "stopped by budget.max_wall_seconds: %.1f of %.1f s spent; another step would pass it",
+             c->wall_seconds, b->max_wall_seconds);
+  else if (!strcmp(why, "marginal_gain"))
+    snprintf(out, n, "stopped by budget.gain_tau: held-out loss gains %.3g per FLOP (fit %.4f %+.4f ln F), below %.3g "
+             "at %d evaluations in a row", c->gain, c->fit_a, c->fit_b, b->gain_tau,
+             b->gain_patience ? b->gain_patience : 3);
+  else if (!strcmp(why, "gl"))
+    snprintf(out, n, "stopped by budget.gl_alpha: held-out loss %.4f is more than %g%% above its best",
+             c->n_evals ? c->evals[c->n_evals - 1]->loss : NAN, b->gl_alpha);
+  else snprintf(out, n, "stopped by %s", why);
+}
+
 static void on_done(traind *d, job *j, const runner_msg *m) {
   switch (m->outcome) {
-  case RUN_SUCCEEDED: sched_set_state(d, j, JS(SUCCEEDED), "trained to its budget"); break;
+  case RUN_SUCCEEDED: {
+    char reason[256];
+    stop_describe(j, reason, sizeof reason);
+    sched_set_state(d, j, JS(SUCCEEDED), reason);
+    break;
+  }
   case RUN_FAILED: fail(d, j, m->error); break;
   case RUN_CANCELLED: {
     char reason[96];

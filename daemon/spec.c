@@ -145,6 +145,20 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
   g->eval_every = dt->eval_every;
   g->eval_batches = dt->eval_batches ? dt->eval_batches : 4;
 
+  const T(BudgetSpec) *bs = s->budget;
+  if (bs) {
+    g->budget = (eng_budget){.max_tokens = bs->max_tokens, .max_flops = bs->max_flops,
+                             .max_wall_s = bs->max_wall_seconds, .gain_tau = bs->gain_tau,
+                             .gain_patience = bs->gain_patience, .gain_window = bs->gain_window,
+                             .gl_alpha = bs->gl_alpha};
+    eng_err be = {0};
+    if (eng_budget_validate(&g->budget, *dt->eval_path && dt->eval_every > 0, &be)) {
+      e->code = GRPC_STATUS_INVALID_ARGUMENT;
+      snprintf(e->msg, sizeof e->msg, "spec.%s", be.msg);
+      return -1;
+    }
+  }
+
   const T(CheckpointSpec) *ck = s->checkpoints;
   p->ckpt_every = ck && ck->every_steps ? ck->every_steps : d->ckpt_every;
   p->ckpt_keep = ck && ck->keep ? ck->keep : d->ckpt_keep;
@@ -185,6 +199,7 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
   // eval set either.
   eng_spec sizing = *g;
   sizing.eval_every = 0;
+  sizing.budget.gain_tau = sizing.budget.gl_alpha = 0; // checked above, with the eval data
   if (eng_spec_device_bytes(&sizing, &need, &ee)) {
     e->code = GRPC_STATUS_INVALID_ARGUMENT;
     snprintf(e->msg, sizeof e->msg, "%s%s", strncmp(ee.msg, "spec", 4) ? "spec: " : "", ee.msg);

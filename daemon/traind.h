@@ -52,6 +52,8 @@ typedef struct job {
   eng_config model;
   int64_t params;
   char *plan;                   // the plan it runs with (JSON), once made; NULL: none
+  Traind__V1__Compute *compute; // what it spent (jobs.c job_compute_step); protobuf-c's
+                                // layout, malloc'ed, freed as an unpacked message
   // ---- runtime only ----
   char *timeline;               // the last measured step as SVG (GetTimeline), and its step
   int64_t timeline_step;
@@ -119,6 +121,10 @@ uint8_t *job_own_submission_bytes(const job *j, size_t *n);
 // Appends an event (synced) and wakes the job's watchers.
 int event_state(traind *d, job *j, const char *reason);
 int event_step(traind *d, job *j, const eng_metrics *m);
+// The step's spending into j->compute: the tally, the fit, the stop reason
+// and, when it evaluated, its point on the curve (points of steps a resume
+// redoes are replaced). -1 when out of memory.
+int job_compute_step(job *j, const eng_metrics *m);
 int event_checkpoint(traind *d, job *j, int64_t step);
 int event_log(traind *d, job *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 // The job's parked watchers (api_watch.c): wake them after an event, end

@@ -12,6 +12,8 @@
 #include "common/bf16.h"
 #include "common/clock.h"
 #include "data/data.h"
+#include "compute/flops.h"
+#include "compute/peak.h"
 #include "exec/exec.h"
 #include "kernels/cpu/gemm.h"
 #include "model/hf_io.h"
@@ -44,6 +46,11 @@ struct eng_run {
   uint64_t last_in, last_out;
   char plan_method[32];   // the plan it runs, for a timeline's title ("" : the uniform policy)
   uint64_t plan_fixed;    // its fixed device bytes (a timeline's activation peak is the rest)
+  eng_govern gov;         // the compute spent, the budgets and stopping rules (compute/govern.h)
+  eng_step_flops flops;   // one step's (compute/flops.h)
+  double peak;            // FLOP/s MFU is against (0: none)
+  double wall_mark;       // when the last step (or the open, or a load) ended
+  int64_t merges_seen;    // POET-X merges whose FLOPs the tally has
 };
 
 void eng_spec_defaults(eng_spec *s) {
@@ -97,6 +104,9 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
   if (s->grad_dtype != ENG_GRAD_BF16 && s->grad_dtype != ENG_GRAD_F32) BAD("unknown grad_dtype %d", s->grad_dtype);
   if (s->eval_every < 0 || (s->eval_every > 0 && !s->eval_path)) BAD("eval_every needs an eval_path");
   if (s->eval_batches < 1) BAD("eval_batches must be positive");
+  if (!(s->peak_flops >= 0) || !isfinite(s->peak_flops)) BAD("peak_flops must be a finite non-negative FLOP/s");
+  int rc = eng_budget_validate(&s->budget, s->eval_path && s->eval_every > 0, e);
+  if (rc) return rc;
   if (s->method != ENG_METHOD_FULL && s->method != ENG_METHOD_POETX) BAD("unknown method %d", s->method);
   if (s->method == ENG_METHOD_POETX) {
     if (s->poet_block < 2) BAD("poet_block must be at least 2 (got %d)", s->poet_block);
@@ -187,11 +197,28 @@ static eng_model_opts spec_model_opts(const eng_spec *s) {
                           .embed_rows = s->batch * s->seq_len};
 }
 
+// One step's FLOPs, and budgets that a single step would pass refused.
+static int spec_flops(const eng_spec *s, const eng_config *cfg, eng_step_flops *f, eng_err *e) {
+  int rc = eng_flops_step(cfg, s->batch, s->seq_len, s->method == ENG_METHOD_POETX ? s->poet_block : 0,
+                          !s->poet_memory, f, e);
+  if (rc) return rc;
+  const eng_budget *b = &s->budget;
+  if (b->max_tokens > 0 && b->max_tokens < (int64_t)s->batch * s->seq_len)
+    return eng_err_set(e, ENG_EINVAL, "budget.max_tokens: %lld is less than one step's %d tokens (batch %d x seq_len %d)",
+                       (long long)b->max_tokens, s->batch * s->seq_len, s->batch, s->seq_len);
+  if (b->max_flops > 0 && b->max_flops < f->model)
+    return eng_err_set(e, ENG_EINVAL, "budget.max_flops: %.3g is less than one step's %.3g model FLOPs", b->max_flops,
+                       f->model);
+  return 0;
+}
+
 // The spec checked, its model config and its tiers, without allocating.
 static int spec_sizes(const eng_spec *spec, eng_config *cfg, eng_exec_tiers *t, eng_err *e) {
   int untied;
+  eng_step_flops f;
   int rc = spec_validate(spec, e);
   if (!rc) rc = spec_config(spec, cfg, &untied, e);
+  if (!rc) rc = spec_flops(spec, cfg, &f, e);
   if (!rc) rc = spec_tiers(spec, cfg, t, e);
   return rc;
 }
@@ -281,8 +308,12 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
                        "(%.1f MiB)",
                        spec->device_cap, spec->batch / spec->micro_batches, need, need / 1048576.0);
 
+  eng_step_flops flops;
+  if ((rc = spec_flops(spec, &cfg, &flops, e))) return rc;
+
   eng_run *r = calloc(1, sizeof *r);
   if (!r) return eng_err_set(e, ENG_ENOMEM, "cannot allocate a run");
+  r->flops = flops;
   r->spec = *spec;
   r->model_dir = dup_or_null(spec->model_dir);
   r->train_path = dup_or_null(spec->train_path);
@@ -296,6 +327,7 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
     r->plan_fixed = spec->plan->dev_fixed;
   }
   r->spec.plan = NULL; // the caller's, read by open only (the executor holds what it takes from it)
+  eng_govern_init(&r->gov, &spec->budget);
   r->last_eval = NAN;
   r->lag_scale = NAN;
   size_t bt = (size_t)spec->batch * spec->seq_len;
@@ -324,6 +356,8 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
       (rc = eng_data_open(&r->eval, spec->fs, spec->eval_path, spec->seq_len, cfg.vocab, spec->seed, 0, e)))
     goto fail;
   if ((rc = eng_exec_open(&r->exec, &r->model, r->dev, &pol, e))) goto fail;
+  r->peak = spec->peak_flops > 0 ? spec->peak_flops : spec->device_gpu < 0 ? eng_cpu_peak_flops() : 0;
+  r->wall_mark = eng_now();
   *out = r;
   return 0;
 fail:
@@ -338,6 +372,7 @@ void eng_close(eng_run *r) {
   if (r->train) eng_data_close(r->train);
   if (r->eval) eng_data_close(r->eval);
   eng_model_free(&r->model);
+  eng_govern_free(&r->gov);
   free(r->ids);
   free(r->labels);
   free(r->model_dir);
@@ -365,6 +400,8 @@ static int maybe_eval(eng_run *r, eng_metrics *m, eng_err *e) {
   if (!r->eval || r->spec.eval_every <= 0 || r->step % r->spec.eval_every != 0) return 0;
   int rc = eng_eval(r, &r->last_eval, e);
   m->eval_loss = r->last_eval;
+  m->evaluated = 1;
+  if (!rc) rc = eng_govern_eval(&r->gov, r->last_eval, e);
   return rc;
 }
 
@@ -462,7 +499,25 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
       if (pm->layers[l].merge_err > m->poet_orth_err) m->poet_orth_err = pm->layers[l].merge_err;
     }
   }
+  // What the step spent: recomputed forwards and merges are executed FLOPs.
+  m->counted = res.count;
+  m->flops_model = r->flops.model;
+  m->flops_exec = r->flops.exec + (double)res.refwd_layers * s->batch * r->flops.refwd;
+  if (m->poet_merges > r->merges_seen) {
+    m->flops_exec += (double)(m->poet_merges - r->merges_seen) * r->flops.merge;
+    r->merges_seen = m->poet_merges;
+  }
+  m->peak_flops = r->peak;
+  m->mfu = r->peak > 0 ? m->flops_model / (m->t_total * r->peak) : NAN;
+  double now = eng_now();
+  eng_govern_step(&r->gov, m->tokens, m->counted, m->flops_model, m->flops_exec, now - r->wall_mark);
+  r->wall_mark = now;
   if ((rc = maybe_eval(r, m, e))) return rc;
+  m->total = r->gov.t;
+  m->gain = r->gov.gain;
+  m->fit_a = r->gov.fit_a;
+  m->fit_b = r->gov.fit_b;
+  m->stop = r->gov.stop;
   if (s->progress && s->progress(s->progress_ctx, m))
     return eng_err_set(e, ENG_ECANCEL, "the run was cancelled by its progress callback");
   return 0;
@@ -691,12 +746,39 @@ static int based_scratch(const eng_run *r, float **whole, eng_err *e) {
   return 0;
 }
 
+// The compute tally and the stopping rules' state (compute/govern.h), so a
+// resumed run spends against its budgets from where it was. A checkpoint
+// of a traind before them has none: the run counts from zero.
+static int compute_save(const eng_run *r, const eng_store *st, eng_err *e) {
+  void *p;
+  size_t n;
+  int rc = eng_govern_pack(&r->gov, &p, &n, e);
+  if (rc) return rc;
+  rc = st->ckpt_put(st->ctx, "compute", p, n, e);
+  free(p);
+  return rc;
+}
+
+static int compute_load(eng_run *r, const eng_store *st, int64_t step, eng_err *e) {
+  size_t n;
+  eng_err absent;
+  if (st->ckpt_size(st->ctx, step, "compute", &n, &absent)) return 0;
+  void *p = malloc(n ? n : 1);
+  if (!p) return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes for the compute tally", n);
+  int rc = st->ckpt_get(st->ctx, step, "compute", p, n, e);
+  if (!rc) rc = eng_govern_unpack(&r->gov, p, n, e);
+  free(p);
+  if (rc) eng_err_prefix(e, "checkpoint at step %lld: ", (long long)step);
+  return rc;
+}
+
 int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
   eng_exec_quiesce(r->exec);
   int64_t mt[META_COUNT];
   meta_fill(r, mt);
   int rc = st->ckpt_begin(st->ctx, r->step, e);
   if (!rc) rc = st->ckpt_put(st->ctx, "meta", mt, sizeof mt, e);
+  if (!rc) rc = compute_save(r, st, e);
   // Shard by shard, straight from the model state: host memory never doubles
   // (a shard of a bf16 base goes through one layer's fp32, its layout's as
   // every shard's, so a checkpoint reads the same whatever holds the base).
@@ -784,6 +866,9 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
     r->model.poet.layers[l].merged = r->updates / r->spec.poet_merge_every;
     r->model.poet.layers[l].merge_err = 0;
   }
+  r->merges_seen = r->model.poet.layers ? r->updates / r->spec.poet_merge_every : 0;
+  if ((rc = compute_load(r, st, step, e))) return rc;
+  r->wall_mark = eng_now();
   r->nonfinite_streak = (int)mt[META_STREAK];
   uint32_t lag = (uint32_t)mt[META_LAG];
   memcpy(&r->lag_scale, &lag, sizeof lag);
@@ -886,6 +971,7 @@ int eng_ckpt_export_hf(const eng_store *st, int64_t step, const eng_config *c, c
 }
 
 int64_t eng_steps_done(const eng_run *r) { return r->step; }
+const eng_govern *eng_run_govern(const eng_run *r) { return &r->gov; }
 
 int eng_timeline(const eng_run *r, const eng_plan_span **spans) { return eng_exec_timeline(r->exec, spans); }
 

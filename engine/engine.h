@@ -13,6 +13,7 @@
 
 #include "common/err.h"
 #include "common/fs_open.h"
+#include "compute/govern.h"
 #include "model/config.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
@@ -65,6 +66,17 @@ typedef struct eng_metrics {
   // the rotations the last of them folded into the weights.
   int64_t poet_merges;
   double poet_orth_err;
+  // Compute (compute/flops.h, compute/govern.h): the step's counted tokens,
+  // model and executed FLOPs and MFU (model FLOPs / (t_total · peak); NAN
+  // without a peak), then what the run has spent so far, summed over its
+  // resumes, the marginal gain of the last fit (NAN before there is one),
+  // and the budget or rule that stops the run after this step (NONE: it goes on).
+  int64_t counted;
+  double flops_model, flops_exec, mfu, peak_flops;
+  eng_tally total;
+  int evaluated;          // this step ran an evaluation (eval_loss is its result)
+  double gain, fit_a, fit_b;
+  eng_stop stop;
 } eng_metrics;
 
 // Called after each step (and after each evaluation); return nonzero to cancel.
@@ -156,6 +168,12 @@ typedef struct eng_spec {
                           // next forward first needs each shard, since compute owns the cores)
                           // (no recompute in the backward; needs ckpt_every 1 on the device)
 
+  // Compute governance (compute/govern.h): budgets and stopping rules, all
+  // off by default. The rules need eval_path and eval_every.
+  eng_budget budget;
+  double peak_flops;      // the device's FLOP/s that MFU is against; 0: on the cpu backend
+                          // measured (compute/peak.h), on a GPU none (MFU is NAN)
+
   eng_progress_fn progress; // optional
   void *progress_ctx;
   eng_note_fn note;         // optional; called from eng_open
@@ -237,6 +255,10 @@ typedef struct eng_gpu_info {
 int eng_gpu_describe(int index, eng_gpu_info *info, eng_err *e);
 
 int64_t eng_steps_done(const eng_run *r);
+// The run's compute governance: its tally, evaluations, fit and the reason
+// it stopped (ENG_STOP_NONE while a step may still be taken); valid until the
+// next step.
+const eng_govern *eng_run_govern(const eng_run *r);
 // The last step's timeline (exec/exec.h's eng_exec_timeline): its spans,
 // seconds from the step's start; valid until the next step.
 int eng_timeline(const eng_run *r, const eng_plan_span **spans);

@@ -864,6 +864,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
         STEP_TRY(x->ops->layer_fwd(x, l, w, mbrow(x, in, i), mbrow(x, pool[rcb[l + 1]], i), 0, e));
       span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "R", l);
       sched_release(x);
+      res->refwd_layers++;
     }
     for (int l = e_ - 1; l >= cb; l--) {
       if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
@@ -879,6 +880,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
         if (!x->keep[l]) STEP_TRY(x->ops->layer_fwd(x, l, w, xi, x->ybuf, a, e)); // recompute the layer's inside
         STEP_TRY(x->ops->layer_bwd(x, l, w, g, xi, a, mbrow(x, dy, i), mbrow(x, dx, i), e));
       }
+      res->refwd_layers += !x->keep[l];
       span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "B", l);
       sched_release(x);
       STEP_TRY(gslot_end(x, gi++, l + 1, e));

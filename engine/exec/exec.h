@@ -74,6 +74,7 @@ typedef struct eng_exec_result {
   double t_fwd, t_loss, t_bwd, t_wait; // on the cuda backend, the time to queue each
                          // phase: the run waits for the GPU at its end (in t_bwd)
   size_t host_act, store_act; // boundary bytes this run kept in host memory / the store
+  int64_t refwd_layers;  // layer forwards over the whole batch run again for the backward
 } eng_exec_result;
 
 // Bytes the policy keeps in each tier between forward and backward (the host

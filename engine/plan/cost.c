@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "compute/flops.h"
 #include "exec/exec.h"
 #include "kernels/kernels.h"
 #include "model/layout.h"
@@ -15,24 +16,14 @@ static double gemm_rate(const eng_profile *p, double rows, int bwd) {
   return p->gemm_half_rows > 0 ? r * rows / (rows + p->gemm_half_rows) : r;
 }
 
-// Flash-attention's convention: the backward does 2.5 times the forward's
-// FLOPs (five matrix products against two).
-#define ATTN_BWD_FLOP_RATIO 2.5
-
 typedef struct layer_work {
   double gemm, attn, elem; // forward FLOPs, FLOPs, bytes for `tokens` tokens
 } layer_work;
 
-static layer_work layer_fwd_work(const eng_config *c, const eng_layout *lo, double seqs, double T,
-                                 int act_bytes) {
-  double n = seqs * T, mat = 0;
-  for (int p = 0; p < ENG_P_LAYER_COUNT; p++)
-    if (lo->layer_proto[p].cols) mat += (double)lo->layer_proto[p].numel;
-  double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
-  layer_work w;
-  w.gemm = 2.0 * n * mat;
-  // Causal: half of QK^T and of PV, 2*T*T*hd FLOPs each per head, per sequence.
-  w.attn = 2.0 * seqs * c->n_heads * T * T * c->head_dim;
+static layer_work layer_fwd_work(const eng_config *c, double seqs, double T, int act_bytes) {
+  double n = seqs * T, qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+  eng_layer_flops f = eng_flops_layer_fwd(c, seqs, T);
+  layer_work w = {.gemm = f.gemm, .attn = f.attn};
   // Passes over activations: two norms (read, write), two residual adds
   // (two reads, one write), RoPE on q and k (read, write; the q/k norms as
   // many again on Qwen3), SwiGLU (two reads, one write).
@@ -57,37 +48,6 @@ static int host_state_bytes(const eng_config *c, const eng_profile *p, int token
   k->host_poet = (double)b.poet;
   k->host_state = k->host_master + k->host_opt + k->host_grad + k->host_pinned + k->host_poet;
   return 0;
-}
-
-// POET-X's work in one layer beyond the plain layer's (poet/poet.h), for n
-// tokens. Each weight [m, n] rotates its input and its output by blocks of b
-// in the forward, 2·n·b·(in + out) FLOPs, with a permutation's gather
-// beside each (the profile's poet_flops is the rate of the two together). Its backward recomputes the input
-// rotation, rotates the gradient back through both sides and forms both
-// sides' dL/dR (2·n·b·(3·in + 2·out)), recomputes the inner product
-// z = v·W0ᵀ in memory mode (2·n·in·out), and has no dW0 product. Once per
-// step the rotations come from θ: three b×b products per block (Cayley),
-// and its backward about four times that.
-typedef struct poet_work {
-  double fwd, bwd;       // FLOPs of the block rotations (at the profile's poet_flops)
-  double z_bwd;          // FLOPs of memory mode's recomputed z (a plain product)
-  double cayley, cayley_bwd; // FLOPs of the b×b products (rows: b)
-  double merge;          // FLOPs of one merge of the layer (its effective weights)
-} poet_work;
-
-static poet_work poet_layer_work(const eng_poet_model *pm, double n, int fast) {
-  poet_work w = {0};
-  const double b = pm->b;
-  for (int k = 0; k < ENG_POET_WEIGHTS; k++) {
-    const double in = pm->dim[k][0], out = pm->dim[k][1];
-    w.fwd += 2.0 * n * b * (in + out);
-    w.bwd += 2.0 * n * b * (3.0 * in + 2.0 * out);
-    w.z_bwd += fast ? 0.0 : 2.0 * n * in * out;
-    w.cayley += (in + out) / b * 6.0 * b * b * b;
-    w.merge += 2.0 * 2.0 * in * out * b; // the weight's rows and columns rotated
-  }
-  w.cayley_bwd = 4.0 * w.cayley;
-  return w;
 }
 
 // Optimizer time of forward entry e (0..L-1 the layers, L the head stage).
@@ -165,10 +125,10 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
   k->g_layer = (double)lo.layer_numel * p->grad_bytes;
   k->g_head = head_numel * p->grad_bytes;
 
-  layer_work w = layer_fwd_work(c, &lo, B, T, p->act_bytes);
+  layer_work w = layer_fwd_work(c, B, T, p->act_bytes);
   double attn_bwd = p->attn_bwd_flops > 0 ? p->attn_bwd_flops : p->attn_flops;
   k->t_fwd = w.gemm / gemm_rate(p, mbrows, 0) + w.attn / p->attn_flops + w.elem / p->elem_bytes_per_s;
-  k->t_bwd = 2.0 * w.gemm / gemm_rate(p, mbrows, 1) + ATTN_BWD_FLOP_RATIO * w.attn / attn_bwd +
+  k->t_bwd = 2.0 * w.gemm / gemm_rate(p, mbrows, 1) + ENG_FLOPS_ATTN_BWD_RATIO * w.attn / attn_bwd +
              2.0 * w.elem / p->elem_bytes_per_s;
   k->t_opt_layer = (double)lo.layer_numel / p->opt_params_per_s;
   if (p->poet_block) {
@@ -176,7 +136,7 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
     // what the optimizer updates are the norms' gradients and θ's.
     eng_poet_model pm;
     if ((rc = eng_poet_model_shape(&pm, &lo, p->poet_block, e))) return eng_err_prefix(e, "plan: ");
-    poet_work pw = poet_layer_work(&pm, B * T, p->poet_fast);
+    eng_poet_flops pw = eng_flops_poet_layer(&pm, B * T, p->poet_fast);
     double norms = (double)lo.layer_numel, b = pm.b;
     for (int i = 0; i < ENG_POET_WEIGHTS; i++) norms -= (double)lo.layer_proto[eng_poet_param[i]].numel;
     for (int i = 0; i < ENG_POET_WEIGHTS; i++)

@@ -80,6 +80,19 @@ static void usage(FILE *f) {
           "  --timeline FILE     draw the last step as an SVG timeline: compute, copies in\n"
           "                      and out, store, optimizer, as measured; with --plan auto\n"
           "                      the planner's predicted step below it, in the same style\n"
+          "compute (the first budget reached stops the run within a step, saved as usual):\n"
+          "  --max-tokens N      tokens to train on at most\n"
+          "  --max-flops F       model FLOPs at most (6N per token plus attention, PaLM's\n"
+          "                      convention), e.g. 3e15\n"
+          "  --max-wall S        seconds of training at most\n"
+          "  --gain-tau X        stop once a fit of eval loss against ln(FLOPs) over the last\n"
+          "                      --gain-window evaluations (default 4) predicts less than X\n"
+          "                      loss per further FLOP, --gain-patience times in a row\n"
+          "                      (default 3); needs --eval and --eval-every\n"
+          "  --gl-alpha A        stop when eval loss is more than A%% above its best\n"
+          "                      (Prechelt's generalisation loss)\n"
+          "  --peak-flops F      the device's FLOP/s for MFU (default: measured on the cpu\n"
+          "                      backend; a GPU needs it)\n"
           "state:\n"
           "  --save-dir DIR      save the training state there at the end (and --save-every N)\n"
           "  --resume            resume from the newest checkpoint in --save-dir first\n"
@@ -231,9 +244,9 @@ static int on_progress(void *ctx, const eng_metrics *m) {
   if (o->quiet) return 0;
   printf("step %5lld  loss %.4f", (long long)m->step, m->loss);
   if (!isnan(m->eval_loss)) printf("  eval %.4f", m->eval_loss);
-  printf("  lr %.2e  norm %.3f  tok/s %8.0f  fwd %.3fs loss %.3fs bwd %.3fs wait %.3fs%s", m->lr,
-         m->grad_norm, m->tokens_per_s, m->t_fwd, m->t_loss, m->t_bwd, m->t_opt_wait,
-         m->skipped ? "  (skipped: non-finite)" : "");
+  printf("  lr %.2e  norm %.3f  tok/s %8.0f  fwd %.3fs loss %.3fs bwd %.3fs wait %.3fs  flops %.3g  mfu %.1f%%%s",
+         m->lr, m->grad_norm, m->tokens_per_s, m->t_fwd, m->t_loss, m->t_bwd, m->t_opt_wait, m->total.flops_model,
+         100.0 * m->mfu, m->skipped ? "  (skipped: non-finite)" : "");
   if (m->poet_merges) printf("  merges %lld (last: orthogonality error %.1e)", (long long)m->poet_merges, m->poet_orth_err);
   printf("\n");
   fflush(stdout);
@@ -268,7 +281,8 @@ int main(int argc, char **argv) {
          O_DATA, O_EVAL, O_EVAL_EVERY, O_SEQ, O_BATCH, O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP,
          O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
          O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_PLAN, O_CALIBRATE, O_TIMELINE,
-         O_METHOD, O_POET_BLOCK, O_POET_MERGE, O_POET_LR, O_POET_MEMORY, O_POET_BASE, O_HELP };
+         O_METHOD, O_POET_BLOCK, O_POET_MERGE, O_POET_LR, O_POET_MEMORY, O_POET_BASE, O_MAX_TOKENS, O_MAX_FLOPS,
+         O_MAX_WALL, O_GAIN_TAU, O_GAIN_PATIENCE, O_GAIN_WINDOW, O_GL_ALPHA, O_PEAK, O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
       {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
@@ -285,7 +299,10 @@ int main(int argc, char **argv) {
       {"gpu", 1, 0, O_GPU}, {"plan", 1, 0, O_PLAN}, {"calibrate", 1, 0, O_CALIBRATE}, {"timeline", 1, 0, O_TIMELINE},
       {"method", 1, 0, O_METHOD}, {"poet-block", 1, 0, O_POET_BLOCK}, {"poet-merge", 1, 0, O_POET_MERGE},
       {"poet-lr", 1, 0, O_POET_LR}, {"poet-memory", 0, 0, O_POET_MEMORY},
-      {"poet-base", 1, 0, O_POET_BASE}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+      {"poet-base", 1, 0, O_POET_BASE}, {"max-tokens", 1, 0, O_MAX_TOKENS}, {"max-flops", 1, 0, O_MAX_FLOPS},
+      {"max-wall", 1, 0, O_MAX_WALL}, {"gain-tau", 1, 0, O_GAIN_TAU}, {"gain-patience", 1, 0, O_GAIN_PATIENCE},
+      {"gain-window", 1, 0, O_GAIN_WINDOW}, {"gl-alpha", 1, 0, O_GL_ALPHA}, {"peak-flops", 1, 0, O_PEAK},
+      {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
@@ -368,6 +385,14 @@ int main(int argc, char **argv) {
     case O_PLAN: plan_arg = optarg; break;
     case O_CALIBRATE: calibrate = strtod(optarg, NULL); break;
     case O_TIMELINE: timeline_path = optarg; break;
+    case O_MAX_TOKENS: s.budget.max_tokens = strtoll(optarg, NULL, 10); break;
+    case O_MAX_FLOPS: s.budget.max_flops = strtod(optarg, NULL); break;
+    case O_MAX_WALL: s.budget.max_wall_s = strtod(optarg, NULL); break;
+    case O_GAIN_TAU: s.budget.gain_tau = strtod(optarg, NULL); break;
+    case O_GAIN_PATIENCE: s.budget.gain_patience = atoi(optarg); break;
+    case O_GAIN_WINDOW: s.budget.gain_window = atoi(optarg); break;
+    case O_GL_ALPHA: s.budget.gl_alpha = strtod(optarg, NULL); break;
+    case O_PEAK: s.peak_flops = strtod(optarg, NULL); break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -420,7 +445,7 @@ int main(int argc, char **argv) {
   double first = NAN, last = NAN, tps_sum = 0;
   int measured = 0;
   eng_metrics m = {0};
-  while (!rc && eng_steps_done(r) < steps) {
+  while (!rc && eng_steps_done(r) < steps && !eng_run_govern(r)->stop) {
     rc = eng_step(r, &m, &e);
     if (rc) break;
     if (isnan(first)) first = m.loss;
@@ -436,10 +461,14 @@ int main(int argc, char **argv) {
   if (!rc) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    const eng_govern *gv = eng_run_govern(r);
     printf("done: %lld steps, loss %.4f -> %.4f, mean %.0f tok/s, peak arena %.1f MiB of %.1f MiB, "
-           "peak RSS %.1f MiB\n",
+           "peak RSS %.1f MiB; %lld tokens, %.3g model FLOPs (%.3g executed) in %.1f s",
            (long long)eng_steps_done(r), first, last, measured ? tps_sum / measured : 0.0,
-           m.peak_arena / 1048576.0, m.arena_cap / 1048576.0, ru.ru_maxrss / 1024.0);
+           m.peak_arena / 1048576.0, m.arena_cap / 1048576.0, ru.ru_maxrss / 1024.0, (long long)gv->t.tokens,
+           gv->t.flops_model, gv->t.flops_exec, gv->t.wall_s);
+    if (gv->stop) printf("; stopped by %s", eng_stop_name(gv->stop));
+    printf("\n");
   } else {
     fprintf(stderr, "traind-train: %s: %s\n", eng_err_name(rc), e.msg);
   }

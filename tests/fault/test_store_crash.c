@@ -27,10 +27,10 @@
 #include "unit/tmpdir.h"
 
 enum { STEPS = 30, SAVE_EVERY = 3, KEEP = 2, RANDOM_KILLS = 40 };
-// Pieces of one checkpoint of the tiny config: meta, the weights of its 4
-// layout shards, and one optimizer region per tensor (the embedding, 2 × 11
-// layer tensors, the final norm, lm_head).
-enum { CKPT_SHARDS = 1 + 4 + 25 };
+// Pieces of one checkpoint of the tiny config: meta, the compute tally, the
+// weights of its 4 layout shards, and one optimizer region per tensor (the
+// embedding, 2 × 11 layer tensors, the final norm, lm_head).
+enum { CKPT_SHARDS = 2 + 4 + 25 };
 static const char JOB[] = "crash";
 
 extern char **environ;
@@ -234,7 +234,7 @@ int main(int argc, char **argv) {
          "run\n", startup, STEPS, full);
 
   // Fault points inside the commit: the child kills itself there. A
-  // checkpoint has CKPT_SHARDS shards (meta, then of each of the 4 layout
+  // checkpoint has CKPT_SHARDS shards (meta, the compute tally, then of each of the 4 layout
   // shards its weights and each of its tensors' optimizer state); the
   // n-th hit of a point is in the n-th save of that child.
   static const struct {

@@ -57,6 +57,11 @@ static int v2_latest(void *ctx, int64_t *step, eng_err *e) {
   return v->inner.ckpt_latest(v->inner.ctx, step, e);
 }
 
+static int v2_size(void *ctx, int64_t step, const char *name, size_t *n, eng_err *e) {
+  v2_store *v = ctx;
+  return v->inner.ckpt_size(v->inner.ctx, step, name, n, e);
+}
+
 static int v2_get(void *ctx, int64_t step, const char *name, void *data, size_t n, eng_err *e) {
   v2_store *v = ctx;
   int rc = v->inner.ckpt_get(v->inner.ctx, step, name, data, n, e);
@@ -78,8 +83,8 @@ static void check_v2(const eng_spec *s, eng_arch arch, int loads) {
   CHECK_OK(eng_store_dir_open(&v.inner, dir, &e), &e);
   double loss[2];
   train(&sp, loss, 0, 2, 2, &v.inner, NULL);
-  // Only what loading reads: the newest step and the shards.
-  eng_store old = {.ctx = &v, .ckpt_latest = v2_latest, .ckpt_get = v2_get};
+  // Only what loading reads: the newest step, the shards and their sizes.
+  eng_store old = {.ctx = &v, .ckpt_latest = v2_latest, .ckpt_size = v2_size, .ckpt_get = v2_get};
   eng_run *r;
   CHECK_OK(eng_open(&sp, &r, &e), &e);
   int rc = eng_load(r, &old, &e);

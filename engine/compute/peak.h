@@ -1,0 +1,12 @@
+// The FLOP rate MFU is quoted against (DESIGN §8): on the cpu backend a
+// large fp32 product ([1024, 1024]·[1024, 1024]ᵀ through eng_k_linear_fwd,
+// the route and threads the run's products take), measured once per
+// process, about a tenth of a second; a GPU's comes from its profile
+// (the spec's peak_flops).
+#ifndef ENG_COMPUTE_PEAK_H
+#define ENG_COMPUTE_PEAK_H
+
+// FLOP/s; thread-safe, measured on the first call.
+double eng_cpu_peak_flops(void);
+
+#endif
