@@ -202,7 +202,8 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
   sizing.budget.gain_tau = sizing.budget.gl_alpha = 0; // checked above, with the eval data
   if (eng_spec_device_bytes(&sizing, &need, &ee)) {
     e->code = GRPC_STATUS_INVALID_ARGUMENT;
-    snprintf(e->msg, sizeof e->msg, "%s%s", strncmp(ee.msg, "spec", 4) ? "spec: " : "", ee.msg);
+    snprintf(e->msg, sizeof e->msg, "%s%s",
+             !strncmp(ee.msg, "spec", 4) ? "" : !strncmp(ee.msg, "budget.", 7) ? "spec." : "spec: ", ee.msg);
     return -1;
   }
   if (need > g->device_cap && !p->use_planner && !(gpu && !g->device_cap)) {
