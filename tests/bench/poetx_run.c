@@ -30,8 +30,8 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "compute/scaling.h"
 #include "engine.h"
-#include "model/layout.h"
 #include "plan/cost.h"
 #include "plan/planner.h"
 
@@ -180,13 +180,8 @@ static size_t mem_available(void) {
 
 static int largest(int argc, char **argv) {
   if (argc != 6) return 2;
-  // name, hidden, layers, ffn, heads, kv heads (head_dim 128, vocab 151936, untied above 4B)
-  static const struct {
-    const char *name;
-    int d, L, ff, H, KV, tie;
-  } q3[] = {{"Qwen3-0.6B", 1024, 28, 3072, 16, 8, 1}, {"Qwen3-1.7B", 2048, 28, 6144, 16, 8, 1},
-            {"Qwen3-4B", 2560, 36, 9728, 32, 8, 1},   {"Qwen3-8B", 4096, 36, 12288, 32, 8, 0},
-            {"Qwen3-14B", 5120, 40, 17408, 40, 8, 0}, {"Qwen3-32B", 5120, 64, 25600, 64, 8, 0}};
+  eng_qwen3_shape q3[8];
+  int n_q3 = eng_qwen3_published(q3, 8, 151936);
   eng_profile prof;
   eng_err e = {0};
   if (eng_profile_load(argv[5], &prof, &e)) {
@@ -201,11 +196,10 @@ static int largest(int argc, char **argv) {
   const char *methods[] = {"adamw8", "poetx", "poetx-bf16"};
   for (int k = 0; k < 3; k++) {
     int best = -1;
-    for (size_t i = 0; i < sizeof q3 / sizeof q3[0]; i++) {
+    for (int i = 0; i < n_q3; i++) {
       eng_spec s;
       eng_spec_defaults(&s);
-      s.config = (eng_config){ENG_ARCH_QWEN3, 151936, q3[i].d, q3[i].L, q3[i].H, q3[i].KV, 128, q3[i].ff, 40960,
-                              1000000.0f, 1e-6f, 0.02f, q3[i].tie, 0, 1};
+      s.config = q3[i].config;
       method_of(&s, methods[k], atoi(argv[2]));
       eng_spec_profile_method(&s, &prof);
       eng_plan_opts o;
@@ -217,9 +211,7 @@ static int largest(int argc, char **argv) {
         fprintf(stderr, "bench_poetx_run: %s %s: %s\n", methods[k], q3[i].name, e.msg);
         return 1;
       }
-      eng_layout lo; // parameters, for bytes per parameter
-      eng_layout_init(&lo, &s.config);
-      double params = (double)lo.total_numel;
+      double params = q3[i].params; // for bytes per parameter
       eng_plan_cost c; // the training state the planner counts, fitting or not
       if (eng_plan_cost_make(&s.config, atoi(argv[3]), atoi(argv[4]), 1, &prof, &c, &e)) {
         fprintf(stderr, "bench_poetx_run: %s %s: %s\n", methods[k], q3[i].name, e.msg);
@@ -228,7 +220,7 @@ static int largest(int argc, char **argv) {
       printf("shape %s %s %.0f %.0f %.2f %s\n", methods[k], q3[i].name, params, c.host_state, c.host_state / params,
              rc ? "no" : "fits");
       if (!rc) {
-        best = (int)i;
+        best = i;
         eng_plan_free(&plan);
       }
     }
