@@ -30,6 +30,7 @@ void cfg_free(cfg *c) {
   free(c->profile_file);
   free(c->profile_override);
   free(c->admin_group);
+  free(c->metrics_listen);
   for (int i = 0; i < c->n_roots; i++) free(c->roots[i]);
   memset(c, 0, sizeof *c);
 }
@@ -134,6 +135,7 @@ static int apply(cfg *c, const char *key, const char *v, char *err, size_t errle
                : !strcmp(key, "profile_file") ? &c->profile_file
                : !strcmp(key, "profile_override") ? &c->profile_override
                : !strcmp(key, "admin_group") ? &c->admin_group
+               : !strcmp(key, "metrics_listen") ? &c->metrics_listen
                                              : NULL;
   if (!str) {
     snprintf(err, errlen, "%s%s: unknown key", where, key);
@@ -234,7 +236,7 @@ int cfg_load(cfg *c, const char *path, const cfg *over, char *err, size_t errlen
     const char *strs[][2] = {{"state_dir", over->state_dir}, {"socket", over->socket_path}, {"tcp", over->tcp},
                              {"tls_cert", over->tls_cert},   {"tls_key", over->tls_key},     {"token_file", over->token_file},
                              {"profile_file", over->profile_file}, {"profile_override", over->profile_override},
-                             {"admin_group", over->admin_group}};
+                             {"admin_group", over->admin_group}, {"metrics_listen", over->metrics_listen}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
       if (strs[i][1]) apply(c, strs[i][0], strs[i][1], err, errlen, "");
     if (over->n_roots > 0) {

@@ -21,6 +21,7 @@ typedef struct cfg {
   char *profile_file;       // device profile the planner uses (engine/plan/profiles format);
                             // NULL: calibrate this machine per job shape
   char *admin_group;        // a group (name or gid) whose members act on every job (daemon/owner.h)
+  char *metrics_listen;     // "host:port" of the Prometheus metrics endpoint (daemon/metrics.h), or NULL: off
   char *profile_override;   // fields replacing the profile's (same format, any subset), or NULL
   char *roots[CFG_MAX_ROOTS]; // data roots, resolved with realpath when loaded
   int n_roots;

@@ -16,6 +16,7 @@
 #include "api.h"
 #include "commit.h"
 #include "log.h"
+#include "metrics.h"
 #include "planning.h"
 #include "traind.h"
 
@@ -54,6 +55,8 @@ static void on_server_stopped(void *arg) {
   traind *d = arg;
   sched_stop(d);
   commit_stop(d->commit);
+  metrics_stop(d->metrics);
+  d->metrics = NULL;
   close_handle((uv_handle_t *)&d->sig_term);
   close_handle((uv_handle_t *)&d->sig_int);
   close_handle((uv_handle_t *)&d->sig_hup);
@@ -143,7 +146,8 @@ static void on_hup(uv_signal_t *s, int signum) {
                             {"socket", d->cfg.socket_path, next.socket_path},
                             {"tcp", d->cfg.tcp, next.tcp},
                             {"tls_cert", d->cfg.tls_cert, next.tls_cert},
-                            {"tls_key", d->cfg.tls_key, next.tls_key}};
+                            {"tls_key", d->cfg.tls_key, next.tls_key},
+                            {"metrics_listen", d->cfg.metrics_listen, next.metrics_listen}};
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
     const char *a = fixed[i][1] ? fixed[i][1] : "", *b = fixed[i][2] ? fixed[i][2] : "";
     if (strcmp(a, b)) log_warn("SIGHUP: %s changed; that takes a restart", fixed[i][0]);
@@ -281,6 +285,7 @@ static void print_config(const cfg *c) {
          c->tcp ? c->tcp : "");
   for (int i = 0; i < c->n_roots; i++) printf("data_root = %s\n", c->roots[i]);
   if (c->admin_group) printf("admin_group = %s\n", c->admin_group);
+  if (c->metrics_listen) printf("metrics_listen = %s\n", c->metrics_listen);
   printf("max_message_bytes = %d\nmax_connections = %d\nmax_streams = %d\nretention_jobs = %d\nretention_age_s = %lld\n"
          "drain_timeout_s = %d\ncheckpoint_every = %d\ncheckpoint_keep = %d\ncpu_memory_bytes = %lld\n"
          "metrics_interval_ms = %d\nhost_memory_bytes = %lld\nmax_crashes = %d\nmax_queued_jobs = %d\n"
@@ -390,6 +395,13 @@ static int start(traind *d) {
   }
   if (d->cfg.tcp) srv_token_set(d->srv, d->token);
   log_info("listening on unix:%s (mode %04o)", d->cfg.socket_path, d->cfg.socket_mode);
+  if (d->cfg.metrics_listen) {
+    if (metrics_start(&d->metrics, d, d->cfg.metrics_listen, err, sizeof err)) {
+      log_err("%s", err);
+      return -1;
+    }
+    log_info("metrics on http://%s/metrics", d->cfg.metrics_listen);
+  }
   if (sched_start(d)) {
     log_err("cannot start the cpu runner");
     return -1;

@@ -78,6 +78,7 @@ typedef struct traind {
   srv *srv;
   runner *cpu;                  // the one runner until the engine has a GPU backend
   struct planning *planning;    // the planner's profile cache (daemon/planning.h)
+  struct metrics *metrics;      // the Prometheus endpoint (daemon/metrics.h), NULL when off
   strmap by_id, by_request;
   job **all;                    // every job, ascending id (= submission order)
   size_t n_all, cap_all;
