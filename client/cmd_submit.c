@@ -22,7 +22,16 @@ static const struct {
     {"checkpoint-every", "spec.checkpoints.every_steps"}, {"keep", "spec.checkpoints.keep"},
     {"priority", "priority"}, {"request-id", "request_id"}, {"seed", "spec.seed"},
 };
-enum { N_FIELD_FLAGS = sizeof field_flags / sizeof field_flags[0], OPT_PREEMPT = 2000, OPT_SET, OPT_WATCH };
+enum {
+  N_FIELD_FLAGS = sizeof field_flags / sizeof field_flags[0],
+  OPT_PREEMPT = 2000, OPT_SET, OPT_WATCH, OPT_FLOPS, OPT_GPU_HOURS, OPT_FIT
+};
+
+// plan's sizing flags (PlanJobRequest.flops, gpu_hours, fit).
+typedef struct sizing_flags {
+  double flops, gpu_hours;
+  const char *fit;
+} sizing_flags;
 
 static int is_path_field(const char *path) {
   return !strcmp(path, "spec.model.hf_dir") || !strcmp(path, "spec.data.train_path") ||
@@ -40,13 +49,17 @@ static void request_id_make(char *out, size_t n) {
 }
 
 // Parses the job file and flags into *out. Returns an exit code (OK: built).
-static int build(int argc, char **argv, Traind__V1__SubmitJobRequest **out, ctl *c, int *watch) {
-  struct option own[N_FIELD_FLAGS + 4];
+// watch: submit's --watch (NULL: refused); sz: plan's sizing flags (NULL: refused).
+static int build(int argc, char **argv, Traind__V1__SubmitJobRequest **out, ctl *c, int *watch, sizing_flags *sz) {
+  struct option own[N_FIELD_FLAGS + 7];
   for (int i = 0; i < N_FIELD_FLAGS; i++) own[i] = (struct option){field_flags[i].flag, required_argument, 0, i};
   own[N_FIELD_FLAGS] = (struct option){"preempt", no_argument, 0, OPT_PREEMPT};
   own[N_FIELD_FLAGS + 1] = (struct option){"set", required_argument, 0, OPT_SET};
   own[N_FIELD_FLAGS + 2] = (struct option){"watch", no_argument, 0, OPT_WATCH};
-  own[N_FIELD_FLAGS + 3] = (struct option){0, 0, 0, 0};
+  own[N_FIELD_FLAGS + 3] = (struct option){"flops", required_argument, 0, OPT_FLOPS};
+  own[N_FIELD_FLAGS + 4] = (struct option){"gpu-hours", required_argument, 0, OPT_GPU_HOURS};
+  own[N_FIELD_FLAGS + 5] = (struct option){"fit", required_argument, 0, OPT_FIT};
+  own[N_FIELD_FLAGS + 6] = (struct option){0, 0, 0, 0};
   struct option *opts = ctl_opts(own);
   Traind__V1__SubmitJobRequest *req = (Traind__V1__SubmitJobRequest *)pbset_new(&traind__v1__submit_job_request__descriptor);
   // Flags apply after the job file: collect them first.
@@ -73,6 +86,22 @@ static int build(int argc, char **argv, Traind__V1__SubmitJobRequest **out, ctl 
       }
     } else if (opt == OPT_WATCH && watch) {
       *watch = 1;
+    } else if ((opt == OPT_FLOPS || opt == OPT_GPU_HOURS || opt == OPT_FIT) && sz) {
+      char *end = NULL;
+      double v = opt == OPT_FIT ? 0 : strtod(optarg, &end);
+      if (opt != OPT_FIT && (end == optarg || *end || !(v > 0))) {
+        fprintf(stderr, "trainctl: --%s %s: expected a positive number\n", opt == OPT_FLOPS ? "flops" : "gpu-hours",
+                optarg);
+        rc = EXIT_USAGE;
+        goto out;
+      }
+      if (opt == OPT_FLOPS) sz->flops = v;
+      else if (opt == OPT_GPU_HOURS) sz->gpu_hours = v;
+      else sz->fit = optarg;
+    } else if (opt == OPT_FLOPS || opt == OPT_GPU_HOURS || opt == OPT_FIT) {
+      fprintf(stderr, "trainctl: --flops, --gpu-hours and --fit are plan's\n");
+      rc = EXIT_USAGE;
+      goto out;
     } else if (!ctl_global(c, opt, optarg)) {
       rc = EXIT_USAGE;
       goto out;
@@ -126,7 +155,7 @@ out:
 int cmd_submit(ctl *c, int argc, char **argv) {
   Traind__V1__SubmitJobRequest *req;
   int watch = 0;
-  int rc = build(argc, argv, &req, c, &watch);
+  int rc = build(argc, argv, &req, c, &watch, NULL);
   if (rc) return rc;
   rpc *r = ctl_rpc(c);
   if (!r) {
@@ -157,13 +186,33 @@ int cmd_submit(ctl *c, int argc, char **argv) {
   return watch ? ctl_follow(c, id, 0, 1, !c->json && isatty(STDOUT_FILENO)) : EXIT_OK;
 }
 
+// The sizing part of a PlanJob answer, for a person.
+static void print_sizing(const Traind__V1__Sizing *z, const Traind__V1__PlanJobResponse *r) {
+  char wall[32];
+  ctl_fmt_duration(z->wall_seconds, wall, sizeof wall);
+  printf("compute-optimal for %.3g FLOPs (fit %s): %.3g parameters, %.3g tokens (%.1f per parameter), loss %.4f\n",
+         z->flops, z->fit, z->params_optimal, z->tokens_optimal, z->tokens_optimal / z->params_optimal, z->loss_optimal);
+  for (size_t i = 0; i < z->n_skipped; i++) printf("  does not fit this machine: %s\n", z->skipped[i]);
+  const Traind__V1__ModelConfig *m = z->model;
+  printf("nearest that fits: %s, %.3g parameters (hidden %d, %d layers, %d heads, %d KV heads, head_dim %d, MLP %d, "
+         "vocab %d%s)\n", z->shape, z->params, m->hidden_size, m->num_hidden_layers, m->num_attention_heads,
+         m->num_key_value_heads, m->head_dim, m->intermediate_size, m->vocab_size,
+         m->tie_word_embeddings ? ", tied" : "");
+  printf("  %.3g tokens = %lld steps of this job's batch, predicted loss %.4f, %s at %.0f tokens/s (profile %s)\n",
+         z->tokens, (long long)z->steps, z->loss, wall, r->tokens_per_s, r->profile);
+}
+
 int cmd_plan(ctl *c, int argc, char **argv) {
   Traind__V1__SubmitJobRequest *req;
-  int rc = build(argc, argv, &req, c, NULL);
+  sizing_flags sz = {0};
+  int rc = build(argc, argv, &req, c, NULL, &sz);
   if (rc) return rc;
   rpc *r = ctl_rpc(c);
   Traind__V1__PlanJobRequest plan = K(PLAN_JOB_REQUEST__INIT);
   plan.spec = req->spec;
+  plan.flops = sz.flops;
+  plan.gpu_hours = sz.gpu_hours;
+  plan.fit = (char *)(sz.fit ? sz.fit : "");
   rpc_status st;
   ProtobufCMessage *reply = NULL;
   rc = r ? rpc_unary(r, "/traind.v1.Trainer/PlanJob", &plan.base, &traind__v1__plan_job_response__descriptor, &reply,
@@ -172,8 +221,13 @@ int cmd_plan(ctl *c, int argc, char **argv) {
   protobuf_c_message_free_unpacked(&req->base, NULL);
   if (rc < 0) return EXIT_UNREACHABLE;
   if (rc) return ctl_fail("plan", &st);
-  if (c->json) ctl_print_json(reply);
-  else printf("%s\n", ((Traind__V1__PlanJobResponse *)reply)->summary);
+  const Traind__V1__PlanJobResponse *pr = (const Traind__V1__PlanJobResponse *)reply;
+  if (c->json) {
+    ctl_print_json(reply);
+  } else {
+    if (pr->sizing) print_sizing(pr->sizing, pr);
+    printf("%s\n", pr->summary);
+  }
   protobuf_c_message_free_unpacked(reply, NULL);
   return EXIT_OK;
 }

@@ -27,6 +27,12 @@ static void usage(FILE *f) {
           "  cancel JOB                 cancel a queued or running job\n"
           "  logs JOB [--follow]        a job's events so far (and then new ones with --follow)\n"
           "  plan [JOBFILE] [flags]     the plan a job would run with (flags as for submit)\n"
+          "       [--flops F | --gpu-hours H] [--fit NAME]   instead of the job's model: the\n"
+          "                             compute-optimal parameters and tokens for F training FLOPs\n"
+          "                             (or H hours of this machine) under a scaling-law fit\n"
+          "                             (chinchilla, the default; besiroglu; or E,A,B,alpha,beta),\n"
+          "                             and the nearest Qwen3-shaped model (the job's vocabulary)\n"
+          "                             that fits, with its plan and predicted wall time\n"
           "  export JOB DIR [--step N] [--bf16]   write a checkpoint's model as a Hugging Face dir\n"
           "  timeline JOB [--predicted] a job's last measured step as an SVG timeline (compute,\n"
           "                             copies in and out, store, optimizer) on stdout; its plan's\n"
@@ -156,7 +162,9 @@ void ctl_fmt_duration(double s, char *buf, size_t n) {
   if (!(s >= 0)) snprintf(buf, n, "?");
   else if (s < 60) snprintf(buf, n, "%.0fs", s);
   else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
-  else snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+  else if (s < 4 * 86400) snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+  else if (s < 3 * 365.25 * 86400) snprintf(buf, n, "%.1f days", s / 86400);
+  else snprintf(buf, n, "%.3g years", s / (365.25 * 86400));
 }
 
 static const struct {

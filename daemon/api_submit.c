@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "api.h"
+#include "compute/scaling.h"
 #include "log.h"
+#include "model/layout.h"
 #include "spec.h"
 
 #define T(x) Traind__V1__##x   // types
@@ -24,6 +26,23 @@ static void retry(srv_call *c, const T(SubmitJobRequest) *r, const job *j) {
   else
     srv_fail(c, GRPC_STATUS_ALREADY_EXISTS, "request_id: \"%s\" was used for job %s with a different request",
              r->request_id, j->id);
+}
+
+// A model trained from scratch whose tokens per parameter are far from the
+// compute-optimal ratio for its budget gets a warning (never a refusal): it
+// may mean to, a fine-tune from a model directory certainly does. It goes
+// into the "submitted" event, so a submission writes no more than before.
+static void advise_size(const job *j, char *reason, size_t n) {
+  if (j->spec->model->source_case != TRAIND__V1__MODEL_SPEC__SOURCE_CONFIG) return;
+  eng_layout lo;
+  eng_layout_init(&lo, &j->model);
+  const Traind__V1__TrainingSpec *t = j->spec->training;
+  const Traind__V1__BudgetSpec *b = j->spec->budget;
+  double N = (double)lo.total_numel, D = (double)j->progress.total_steps * t->batch_size * t->seq_len;
+  if (b && b->max_tokens > 0 && b->max_tokens < D) D = (double)b->max_tokens;
+  if (b && b->max_flops > 0 && b->max_flops / (6 * N) < D) D = b->max_flops / (6 * N);
+  char msg[512];
+  if (eng_scaling_advise(&eng_scaling_chinchilla, N, D, msg, sizeof msg)) snprintf(reason, n, "submitted; warning: %s", msg);
 }
 
 void api_submit(srv_call *c, ProtobufCMessage *req) {
@@ -87,7 +106,9 @@ void api_submit(srv_call *c, ProtobufCMessage *req) {
     return;
   }
   sched_enqueue(d, j);
-  event_state(d, j, "submitted");
+  char reason[640] = "submitted";
+  advise_size(j, reason, sizeof reason);
+  event_state(d, j, reason);
   log_info("job %s: submitted by %s%s%s (priority %d)", j->id, j->owner, j->request_id ? " with request id " : "",
            j->request_id ? j->request_id : "", j->priority);
   api_reply_durable(c, j, 1, 1);

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compute/scaling.h"
+
 #define T(x) Traind__V1__##x   // types
 #define K(x) TRAIND__V1__##x   // constants
 
@@ -346,6 +348,19 @@ int val_submit(const T(SubmitJobRequest) *r, const val_roots *roots, val_err *e)
   if (r->priority < -1000 || r->priority > 1000)
     return bad(e, "priority: must be in [-1000, 1000] (got %d)", r->priority);
   return val_spec(r->spec, "spec", roots, e);
+}
+
+int val_plan_sizing(const T(PlanJobRequest) *r, val_err *e) {
+  if (!isfinite(r->flops) || r->flops < 0 || r->flops > 1e35)
+    return bad(e, "flops: must be a number in [0, 1e35] (got %g)", r->flops);
+  if (!isfinite(r->gpu_hours) || r->gpu_hours < 0 || r->gpu_hours > 1e9)
+    return bad(e, "gpu_hours: must be a number in [0, 1e9] (got %g)", r->gpu_hours);
+  if (r->flops > 0 && r->gpu_hours > 0) return bad(e, "gpu_hours: give flops or gpu_hours, not both");
+  if (*r->fit && r->flops == 0 && r->gpu_hours == 0) return bad(e, "fit: only with flops or gpu_hours");
+  eng_scaling_fit f;
+  eng_err ee = {0};
+  if (*r->fit && eng_scaling_parse(r->fit, &f, &ee)) return bad(e, "%s", ee.msg);
+  return 0;
 }
 
 int val_list(const T(ListJobsRequest) *r, val_err *e) {

@@ -46,6 +46,8 @@ int val_spec(const Traind__V1__JobSpec *spec, const char *path, const val_roots 
 int val_submit_head(const Traind__V1__SubmitJobRequest *r, val_err *e);
 int val_submit(const Traind__V1__SubmitJobRequest *r, const val_roots *roots, val_err *e);
 int val_list(const Traind__V1__ListJobsRequest *r, val_err *e);
+// PlanJob's sizing fields (flops, gpu_hours, fit); the spec is val_spec's.
+int val_plan_sizing(const Traind__V1__PlanJobRequest *r, val_err *e);
 int val_watch(const Traind__V1__WatchJobRequest *r, val_err *e);
 int val_export(const Traind__V1__ExportJobRequest *r, val_err *e);
 

@@ -42,6 +42,18 @@ void eng_scaling_optimal(const eng_scaling_fit *f, double C, double *N, double *
   *D = C / (6.0 * *N);
 }
 
+int eng_scaling_advise(const eng_scaling_fit *f, double N, double D, char *msg, size_t n) {
+  double C = 6.0 * N * D, No, Do;
+  eng_scaling_optimal(f, C, &No, &Do);
+  double r = (D / N) / (Do / No);
+  if (r <= 4.0 && r >= 0.25) return 0;
+  snprintf(msg, n, "%.3g parameters on %.3g tokens is %.3g tokens per parameter, %.1fx %s than compute-optimal: for its "
+           "%.3g FLOPs the scaling-law fit puts the optimum at %.3g parameters and %.3g tokens (%.3g per parameter), "
+           "predicted loss %.4f there against %.4f here", N, D, D / N, r > 1 ? r : 1 / r, r > 1 ? "more" : "fewer", C,
+           No, Do, Do / No, eng_scaling_loss(f, No, Do), eng_scaling_loss(f, N, D));
+  return 1;
+}
+
 static eng_config qwen3_config(int vocab, int d, int L, int ff, int heads, int kv, int hd, int tie) {
   return (eng_config){.arch = ENG_ARCH_QWEN3, .vocab = vocab, .d_model = d, .n_layers = L, .n_heads = heads,
                       .n_kv_heads = kv, .head_dim = hd, .d_ff = ff, .max_pos = 40960, .rope_theta = 1000000.0f,
@@ -95,8 +107,12 @@ int eng_qwen3_nearest(double N, int vocab, eng_qwen3_shape *out, int max) {
   int np = eng_qwen3_published(pub, N_PUBLISHED, vocab);
   for (int i = 0; i < np; i++) c[n++] = (cand){pub[i], fabs(log(pub[i].params / N))};
   for (int d = 2 * STEP; d <= D_MAX; d += STEP) {
-    int hd = d >= 1024 ? 128 : 64, heads = d / hd, kv = heads >= 16 ? 8 : heads / 2 > 0 ? heads / 2 : 1;
-    while (heads % kv) kv--;
+    // Query heads of 128 covering the hidden size in multiples of 8 with 8
+    // KV heads, as Qwen3 has them (its 4B: hidden 2560, 32 heads); below
+    // 1024, heads of 64 in pairs sharing a KV head.
+    int hd = d >= 1024 ? 128 : 64, heads, kv;
+    if (hd == 128) heads = (d / hd + 7) / 8 * 8, kv = 8;
+    else heads = (d / hd + 1) / 2 * 2, kv = heads / 2;
     int ff = 3 * d, tie = d <= 2560;
     for (int L = d / 128 > 2 ? d / 128 : 2; L <= d / 32; L++) {
       cand *k = &c[n++];

@@ -10,6 +10,8 @@
 #ifndef ENG_COMPUTE_SCALING_H
 #define ENG_COMPUTE_SCALING_H
 
+#include <stddef.h>
+
 #include "common/err.h"
 #include "model/config.h"
 
@@ -36,11 +38,18 @@ double eng_scaling_loss(const eng_scaling_fit *f, double N, double D);
 // The compute-optimal parameters and tokens for C FLOPs.
 void eng_scaling_optimal(const eng_scaling_fit *f, double C, double *N, double *D);
 
+// Whether N parameters trained on D tokens are far from the fit's optimum
+// for their compute C = 6ND: more than 4 times too many or too few tokens
+// per parameter. Then 1, with a sentence saying so (the optimum, and the
+// loss the fit predicts there and here) in msg; else 0.
+int eng_scaling_advise(const eng_scaling_fit *f, double N, double D, char *msg, size_t n);
+
 // A Qwen3-shaped model: the published dense shapes (Qwen3-0.6B .. 32B:
 // head_dim 128, vocab 151936, rope_theta 1e6, embeddings tied up to 4B), and
-// between and below them the family's grid: hidden sizes in steps of 128
-// (head_dim 128 from 1024, 64 below), heads hidden/head_dim, at most 8 KV
-// heads, an MLP of 3·hidden, hidden/128 to hidden/32 layers.
+// between and below them the family's grid: hidden sizes in steps of 128,
+// from 1024 query heads of 128 covering the hidden size in multiples of 8
+// with 8 KV heads, below it heads of 64 in pairs sharing a KV head, an MLP
+// of 3·hidden, hidden/128 to hidden/32 layers, embeddings tied up to 2560.
 typedef struct eng_qwen3_shape {
   char name[48];      // "Qwen3-1.7B", or "qwen3 d2304 L32" for a grid shape
   eng_config config;

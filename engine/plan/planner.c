@@ -166,9 +166,16 @@ static int plan_batch(const eng_config *c, const char *model_name, int batch, in
                       const eng_plan_opts *o, eng_plan *out, eng_err *e) {
   // Room after the last solve for the plan's extraction, check and replay.
   const double t0 = eng_now(), deadline = t0 + o->time_limit - fmin(0.1, 0.05 * o->time_limit);
+  // What no split can hold (the training state, the device's fixed needs
+  // at the smallest micro-batch) is refused before any solve.
+  eng_plan_cost k0;
+  int rc = eng_plan_cost_make(c, batch, seq_len, o->micro_batch ? o->micro_batch : 1, p, &k0, e);
+  if (!rc) rc = refuse_fixed(&k0, e);
+  if (rc) return rc;
   split *sp = malloc((size_t)batch * sizeof *sp);
   if (!sp) return eng_err_set(e, ENG_ENOMEM, "plan: out of memory");
-  int n, rc = splits(c, batch, seq_len, p, o, sp, &n, e);
+  int n;
+  rc = splits(c, batch, seq_len, p, o, sp, &n, e);
   int have = 0;
   for (int i = 0; !rc && i < n; i++) {
     // A split whose bound is within 0.5% of the best plan's time cannot pay for its solve.

@@ -80,6 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rc = val_export((Traind__V1__ExportJobRequest *)m, &e);
   } else if (d == &traind__v1__plan_job_request__descriptor) {
     rc = val_message(m, "", &e);
+    if (!rc) rc = val_plan_sizing((Traind__V1__PlanJobRequest *)m, &e);
     if (!rc) rc = val_spec(((Traind__V1__PlanJobRequest *)m)->spec, "spec", &vr, &e);
   } else {
     rc = val_message(m, "", &e);
