@@ -19,16 +19,49 @@ static void fmt_ms(double s, char *buf, size_t n) {
   else snprintf(buf, n, "%.2fs", s);
 }
 
-static void print_step(const Traind__V1__StepMetrics *m, int live) {
+// The job's limits (its steps, its spec's budgets), for the progress bar;
+// zero where it has none.
+typedef struct limits {
+  double tokens, flops, wall;
+} limits;
+
+// How far the job is towards the limit it reaches first, if progress goes
+// on as so far: the fraction done of each limit, the largest wins. The ETA
+// is the wall time so far scaled to the rest of that fraction (the steps'
+// own time when the job has no wall time yet).
+static double progress(const Traind__V1__StepMetrics *m, const limits *lim, const char **which) {
+  double f = m->total_steps > 0 ? (double)m->step / (double)m->total_steps : 0;
+  *which = "steps";
+  const struct {
+    double spent, limit;
+    const char *name;
+  } b[] = {{(double)m->total_tokens, lim->tokens, "max_tokens"},
+           {m->total_model_flops, lim->flops, "max_flops"},
+           {m->wall_seconds, lim->wall, "max_wall_seconds"}};
+  for (int i = 0; i < 3; i++)
+    if (b[i].limit > 0 && b[i].spent / b[i].limit > f) f = b[i].spent / b[i].limit, *which = b[i].name;
+  return f > 1 ? 1 : f;
+}
+
+static void print_step(const Traind__V1__StepMetrics *m, const limits *lim, int live) {
   char eta[32], f[16], l[16], b[16], o[16];
   const Traind__V1__Phases *p = m->phases;
   double per = p ? p->total : 0;
-  ctl_fmt_duration(per * (double)(m->total_steps - m->step), eta, sizeof eta);
+  const char *which;
+  double done = progress(m, lim, &which);
+  double left = m->wall_seconds > 0 && done > 0 ? m->wall_seconds * (1 - done) / done
+                                                : per * (double)(m->total_steps - m->step);
+  ctl_fmt_duration(left, eta, sizeof eta);
   fmt_ms(p ? p->forward : 0, f, sizeof f);
   fmt_ms(p ? p->loss : 0, l, sizeof l);
   fmt_ms(p ? p->backward : 0, b, sizeof b);
   fmt_ms(p ? p->optimizer_wait : 0, o, sizeof o);
-  printf("%sstep %lld/%lld  loss %.4f", live ? "\r\033[K" : "", (long long)m->step, (long long)m->total_steps, m->loss);
+  enum { BAR = 20 };
+  char bar[BAR + 1];
+  for (int i = 0; i < BAR; i++) bar[i] = i < (int)(done * BAR + 0.5) ? '#' : '.';
+  bar[BAR] = 0;
+  printf("%s[%s] %3.0f%% of %s  step %lld/%lld  loss %.4f", live ? "\r\033[K" : "", bar, 100 * done, which,
+         (long long)m->step, (long long)m->total_steps, m->loss);
   if (!isnan(m->eval_loss)) printf("  eval %.4f", m->eval_loss);
   printf("  %.0f tok/s  ETA %s  fwd %s loss %s bwd %s opt %s  FLOPs %.3g", m->tokens_per_s, eta, f, l, b, o,
          m->total_model_flops);
@@ -38,11 +71,11 @@ static void print_step(const Traind__V1__StepMetrics *m, int live) {
   fflush(stdout);
 }
 
-static void print_event(const Traind__V1__JobEvent *ev, int live, int *on_live_line) {
+static void print_event(const Traind__V1__JobEvent *ev, const limits *lim, int live, int *on_live_line) {
   char when[64];
   ctl_fmt_time(ev->time_ms, when, sizeof when);
   if (ev->kind_case == K(JOB_EVENT__KIND_STEP)) {
-    print_step(ev->step, live);
+    print_step(ev->step, lim, live);
     *on_live_line = live;
     return;
   }
@@ -61,9 +94,27 @@ static int exit_for(int state) {
   return state == K(JOB_STATE__JOB_STATE_SUCCEEDED) ? EXIT_OK : EXIT_JOB_FAILED;
 }
 
+// The job's budgets from its record (none when it cannot be read: the bar
+// then counts steps).
+static limits limits_of(ctl *c, rpc *r, const char *job) {
+  limits lim = {0};
+  Traind__V1__GetJobRequest g = K(GET_JOB_REQUEST__INIT);
+  g.job_id = (char *)job;
+  ProtobufCMessage *reply;
+  rpc_status st;
+  if (rpc_unary(r, "/traind.v1.Trainer/GetJob", &g.base, &traind__v1__job__descriptor, &reply, c->timeout_ms, &st))
+    return lim;
+  const Traind__V1__Job *j = (const Traind__V1__Job *)reply;
+  const Traind__V1__BudgetSpec *b = j->spec ? j->spec->budget : NULL;
+  if (b) lim = (limits){(double)b->max_tokens, b->max_flops, b->max_wall_seconds};
+  protobuf_c_message_free_unpacked(reply, NULL);
+  return lim;
+}
+
 int ctl_follow(ctl *c, const char *job, uint64_t after_seq, int follow, int live) {
   rpc *r = ctl_rpc(c);
   if (!r) return EXIT_UNREACHABLE;
+  const limits lim = limits_of(c, r, job);
   int last_state = 0, on_live_line = 0, tries = 0;
   for (;;) {
     Traind__V1__WatchJobRequest req = K(WATCH_JOB_REQUEST__INIT);
@@ -81,7 +132,7 @@ int ctl_follow(ctl *c, const char *job, uint64_t after_seq, int follow, int live
         got = 1;
         if (ev->kind_case == K(JOB_EVENT__KIND_STATE)) last_state = ev->state->state;
         if (c->json) ctl_print_json(m);
-        else print_event(ev, live, &on_live_line);
+        else print_event(ev, &lim, live, &on_live_line);
         protobuf_c_message_free_unpacked(m, NULL);
       }
       rpc_stream_close(s);

@@ -22,7 +22,9 @@ static void usage(FILE *f) {
           "        (KEY as in the job file, e.g. training.warmup_steps) --watch (then follow it)\n"
           "  list [--state S]... [--limit N | --all]   jobs, newest first\n"
           "  show JOB                   one job in full\n"
-          "  watch JOB [--from SEQ]     follow a job: a live line (step, loss, tokens/s, ETA, phases)\n"
+          "  watch JOB [--from SEQ]     follow a job: a live line (progress towards whichever of its\n"
+          "                             steps and budgets it reaches first, ETA, loss, tokens/s,\n"
+          "                             phases, FLOPs, MFU)\n"
           "                             on a terminal, one line per event otherwise\n"
           "  cancel JOB                 cancel a queued or running job\n"
           "  logs JOB [--follow]        a job's events so far (and then new ones with --follow)\n"
@@ -37,6 +39,8 @@ static void usage(FILE *f) {
           "  timeline JOB [--predicted] a job's last measured step as an SVG timeline (compute,\n"
           "                             copies in and out, store, optimizer) on stdout; its plan's\n"
           "                             predicted step with --predicted\n"
+          "  curve JOB                  a job's training and held-out loss against tokens and model\n"
+          "                             FLOPs as an SVG on stdout, with its stopping rule's fit\n"
           "  node                       the daemon: version, devices, queue\n"
           "\n"
           "global options (before or after the command):\n"
@@ -172,7 +176,7 @@ static const struct {
   int (*fn)(ctl *c, int argc, char **argv);
 } commands[] = {{"submit", cmd_submit}, {"list", cmd_list},   {"show", cmd_show}, {"watch", cmd_watch},
                 {"cancel", cmd_cancel}, {"logs", cmd_logs},   {"plan", cmd_plan}, {"export", cmd_export}, {"timeline", cmd_timeline},
-                {"node", cmd_node}};
+                {"node", cmd_node},     {"curve", cmd_curve}};
 
 int main(int argc, char **argv) {
   ctl c = {0};

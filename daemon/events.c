@@ -73,7 +73,7 @@ int event_step(traind *d, job *j, const eng_metrics *m) {
   sm.step = m->step;
   sm.total_steps = j->progress.total_steps;
   sm.loss = m->loss;
-  sm.eval_loss = m->eval_loss;
+  sm.eval_loss = m->evaluated ? m->eval_loss : NAN;
   sm.lr = m->lr;
   sm.grad_norm = m->grad_norm;
   sm.skipped = m->skipped;

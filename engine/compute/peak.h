@@ -1,8 +1,8 @@
 // The FLOP rate MFU is quoted against (DESIGN §8): on the cpu backend a
 // large fp32 product ([1024, 1024]·[1024, 1024]ᵀ through eng_k_linear_fwd,
-// the route and threads the run's products take), measured once per
-// process, about a tenth of a second; a GPU's comes from its profile
-// (the spec's peak_flops).
+// the route and threads the run's products take): the fastest of those
+// run in a tenth of a second, once per process; a GPU's comes from its
+// profile (the spec's peak_flops).
 #ifndef ENG_COMPUTE_PEAK_H
 #define ENG_COMPUTE_PEAK_H
 

@@ -9,12 +9,13 @@
 
 #include "compute/flops.h"
 #include "e2e/daemon.h"
+#include "python.h"
 #include "tiny.h"
 
 typedef struct outcome {
   int64_t step, ckpt, tokens, evals;
   double flops, wall;
-  char reason[512], stop[32];
+  char reason[512], stop[32], id[80];
 } outcome;
 
 // A job file for the tiny model: `data` its data section's lines (NULL:
@@ -48,6 +49,7 @@ static outcome run(td *t, const char *name, int steps, const char *data, const c
                .evals = (int64_t)j->compute->n_evals, .flops = j->compute->model_flops,
                .wall = j->compute->wall_seconds};
   snprintf(o.stop, sizeof o.stop, "%s", j->compute->stop_reason);
+  snprintf(o.id, sizeof o.id, "%s", jid);
   protobuf_c_message_free_unpacked(&j->base, NULL);
   char logs[65536];
   td_logs(t, jid, logs, sizeof logs);
@@ -114,6 +116,20 @@ int main(void) {
   CHECK(!strcmp(o.stop, "marginal_gain") && o.step < 300 && o.ckpt == o.step && o.evals >= 6 &&
         strstr(o.reason, "budget.gain_tau"), "gain_tau: %s at step %lld, checkpoint %lld, %lld evaluations: %s",
         o.stop, (long long)o.step, (long long)o.ckpt, (long long)o.evals, o.reason);
+
+  // Its curve: an SVG that parses, with both losses and the rule's fit.
+  const char *svg = tmp_path("plateau.svg");
+  CHECK(td_ctl(&t, NULL, 0, "curve %s > %s", o.id, svg) == 0, "trainctl curve %s failed", o.id);
+  fflush(stdout);
+  CHECK(py_run("-c 'import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
+               "n = sum(1 for e in r.iter() if e.tag.endswith(\"polyline\")); sys.exit(0 if n == 5 else n)' %s",
+               svg) == 0, "%s does not parse as an SVG with 5 lines (two panels of two losses, and the fit)", svg);
+  char text[512];
+  td_sh("grep -o 'marginal-gain fit: [^<]*' %s > %s", svg, tmp_path("fit.txt"));
+  FILE *ff = fopen(tmp_path("fit.txt"), "r");
+  CHECK(ff && fgets(text, sizeof text, ff), "the curve has no fit legend");
+  fclose(ff);
+  printf("curve: %s", text);
 
   // Without a budget the job runs its steps, and says nothing of budgets.
   o = run(&t, "plain", 5, NULL, NULL);
