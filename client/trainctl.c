@@ -41,6 +41,10 @@ static void usage(FILE *f) {
           "                             predicted step with --predicted\n"
           "  curve JOB                  a job's training and held-out loss against tokens and model\n"
           "                             FLOPs as an SVG on stdout, with its stopping rule's fit\n"
+          "  score --model-dir DIR --data PATH --seq N [--batch B] [--out FILE]\n"
+          "                             a model's mean loss on every sample of a data file: the\n"
+          "                             scores file a job's select.band_file takes (stdout\n"
+          "                             without --out)\n"
           "  node                       the daemon: version, devices, queue\n"
           "\n"
           "global options (before or after the command):\n"
@@ -176,7 +180,7 @@ static const struct {
   int (*fn)(ctl *c, int argc, char **argv);
 } commands[] = {{"submit", cmd_submit}, {"list", cmd_list},   {"show", cmd_show}, {"watch", cmd_watch},
                 {"cancel", cmd_cancel}, {"logs", cmd_logs},   {"plan", cmd_plan}, {"export", cmd_export}, {"timeline", cmd_timeline},
-                {"node", cmd_node},     {"curve", cmd_curve}};
+                {"node", cmd_node},     {"curve", cmd_curve},   {"score", cmd_score}};
 
 int main(int argc, char **argv) {
   ctl c = {0};

@@ -53,6 +53,7 @@ int cmd_watch(ctl *c, int argc, char **argv);
 int cmd_logs(ctl *c, int argc, char **argv);
 int cmd_export(ctl *c, int argc, char **argv);
 int cmd_curve(ctl *c, int argc, char **argv);
+int cmd_score(ctl *c, int argc, char **argv);
 // Follows a job's events from after_seq (reconnecting when the daemon goes
 // away) and returns the exit code for the state it ends in.
 int ctl_follow(ctl *c, const char *job, uint64_t after_seq, int follow, int live);

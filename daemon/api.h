@@ -18,6 +18,7 @@ void api_timeline(srv_call *c, ProtobufCMessage *req);
 void api_watch(srv_call *c, ProtobufCMessage *req);
 void api_plan(srv_call *c, ProtobufCMessage *req);
 void api_export(srv_call *c, ProtobufCMessage *req);
+void api_score(srv_call *c, ProtobufCMessage *req);
 void api_node(srv_call *c, ProtobufCMessage *req);
 void api_health_check(srv_call *c, ProtobufCMessage *req);
 void api_health_watch(srv_call *c, ProtobufCMessage *req);

@@ -156,6 +156,7 @@ const srv_method api_methods[] = {
     M("ExportJob", export_job_request, api_export, 1),
     M("GetNode", get_node_request, api_node, 0),
     M("GetTimeline", get_timeline_request, api_timeline, 0),
+    M("ScoreData", score_data_request, api_score, 1),
     {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor, api_health_check, 0},
     {"/grpc.health.v1.Health/Watch", &grpc__health__v1__health_check_request__descriptor, api_health_watch, 1},
 };

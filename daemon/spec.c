@@ -90,10 +90,14 @@ int spec_model_config(const T(JobSpec) *s, const val_roots *roots, eng_config *c
 
 static float opt_or(int set, float v, float dflt) { return set ? v : dflt; }
 
+static int dv_gpu(const T(JobSpec) *s) { return s->device && s->device->target_case == K(DEVICE_SPEC__TARGET_GPU); }
+
 void spec_plan_free(spec_plan *p) {
   free(p->model_dir);
   free(p->train_path);
   free(p->eval_path);
+  free(p->ref_dir);
+  free(p->band_file);
   free(p->plan_json);
   if (p->plan) eng_plan_free(p->plan);
   free(p->plan);
@@ -159,6 +163,28 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
     }
   }
 
+  const T(SelectSpec) *sel = s->select;
+  if (sel) {
+    g->select = (eng_select){.rule = *sel->rule ? (eng_select_rule)eng_select_rule_parse(sel->rule) : ENG_SELECT_NONE,
+                             .pool = sel->pool, .adaptive = sel->adaptive, .band_lo = sel->band_lo,
+                             .band_hi = sel->band_hi};
+    // The given paths for the checks; the resolved ones are set below.
+    if (*sel->reference_dir) g->select.reference = sel->reference_dir;
+    if (*sel->band_file) g->select.band_file = sel->band_file;
+    eng_err se = {0};
+    if (eng_select_validate(&g->select, g->budget.max_tokens > 0 || g->budget.max_flops > 0, &se)) {
+      e->code = GRPC_STATUS_INVALID_ARGUMENT;
+      snprintf(e->msg, sizeof e->msg, "spec.%s", se.msg);
+      return -1;
+    }
+    if (g->select.rule != ENG_SELECT_NONE && dv_gpu(s)) {
+      e->code = GRPC_STATUS_FAILED_PRECONDITION;
+      snprintf(e->msg, sizeof e->msg, "spec.select.rule: online selection scores on the cpu backend in this build");
+      return -1;
+    }
+    g->select.reference = g->select.band_file = NULL; // the resolved paths, below, when the job will run
+  }
+
   const T(CheckpointSpec) *ck = s->checkpoints;
   p->ckpt_every = ck && ck->every_steps ? ck->every_steps : d->ckpt_every;
   p->ckpt_keep = ck && ck->keep ? ck->keep : d->ckpt_keep;
@@ -212,6 +238,14 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
     return fail(e, GRPC_STATUS_INVALID_ARGUMENT, "spec.device.memory_bytes", msg);
   }
   if (!roots) return 0;
+  if ((sel && *sel->reference_dir &&
+       val_path(sel->reference_dir, "spec.select.reference_dir", 1, roots, &p->ref_dir, e)) ||
+      (sel && *sel->band_file && val_path(sel->band_file, "spec.select.band_file", 0, roots, &p->band_file, e))) {
+    spec_plan_free(p);
+    return -1;
+  }
+  g->select.reference = p->ref_dir;
+  g->select.band_file = p->band_file;
   if ((s->model->source_case == K(MODEL_SPEC__SOURCE_HF_DIR) &&
        val_path(s->model->hf_dir, "spec.model.hf_dir", 1, roots, &p->model_dir, e)) ||
       val_path(dt->train_path, "spec.data.train_path", 0, roots, &p->train_path, e) ||

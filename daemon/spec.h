@@ -21,6 +21,7 @@ typedef struct spec_plan {
   int64_t total_steps;
   int ckpt_every, ckpt_keep;
   char *model_dir, *train_path, *eval_path; // resolved, or NULL
+  char *ref_dir, *band_file; // data selection's (spec.select), resolved, or NULL
   eng_fs *fs;             // the roots the engine opens them under (eng.fs), or NULL
   int use_planner;        // spec.device.plan: the planner chooses the policy
   char *plan_json;        // the plan already made for the job (a resume), or NULL

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "compute/scaling.h"
+#include "compute/select.h"
 
 #define T(x) Traind__V1__##x   // types
 #define K(x) TRAIND__V1__##x   // constants
@@ -298,6 +299,21 @@ static int val_training(const T(TrainingSpec) *t, const char *p, val_err *e) {
   return 0;
 }
 
+static int val_select(const T(SelectSpec) *s, const char *p, const val_roots *roots, val_err *e) {
+  if (*s->rule && eng_select_rule_parse(s->rule) < 0)
+    return bad(e, "%s.rule: \"%s\" is not one of none, loss, reducible, dynamics", p, s->rule);
+  char sub[256];
+  if (*s->reference_dir) {
+    snprintf(sub, sizeof sub, "%s.reference_dir", p);
+    if (resolvable(s->reference_dir, sub, 1, roots, e)) return -1;
+  }
+  if (*s->band_file) {
+    snprintf(sub, sizeof sub, "%s.band_file", p);
+    if (resolvable(s->band_file, sub, 0, roots, e)) return -1;
+  }
+  return 0; // ranges and combinations: the engine's (eng_select_validate, spec.c)
+}
+
 static int val_checkpoints(const T(CheckpointSpec) *c, const char *p, val_err *e) {
   return range(c->every_steps, 0, 1000000000, p, "every_steps", e) || range(c->keep, 0, 1000, p, "keep", e) ? -1 : 0;
 }
@@ -332,6 +348,8 @@ int val_spec(const T(JobSpec) *s, const char *p, const val_roots *roots, val_err
   if (val_training(s->training, sub, e)) return -1;
   snprintf(sub, sizeof sub, "%s.checkpoints", p);
   if (s->checkpoints && val_checkpoints(s->checkpoints, sub, e)) return -1;
+  snprintf(sub, sizeof sub, "%s.select", p);
+  if (s->select && val_select(s->select, sub, roots, e)) return -1;
   snprintf(sub, sizeof sub, "%s.device", p);
   if (s->device && val_device(s->device, sub, e)) return -1;
   return 0;
@@ -378,6 +396,16 @@ int val_watch(const T(WatchJobRequest) *r, val_err *e) {
   if (val_message(&r->base, "", e)) return -1;
   if (r->after_seq > (uint64_t)INT64_MAX) return bad(e, "after_seq: larger than 2^63-1");
   return val_id(r->job_id, "job_id", e);
+}
+
+int val_score(const T(ScoreDataRequest) *r, val_err *e) {
+  if (val_message(&r->base, "", e)) return -1;
+  if (r->seq_len < 2 || r->seq_len > (1 << 20)) return bad(e, "seq_len: must be in [2, 1048576] (got %d)", r->seq_len);
+  if (r->batch_size < 0 || r->batch_size > 4096)
+    return bad(e, "batch_size: must be in [0, 4096] (got %d; 0: 8)", r->batch_size);
+  if (!*r->model_dir) return bad(e, "model_dir: required (a Hugging Face directory under a data root)");
+  if (!*r->data_path) return bad(e, "data_path: required");
+  return 0;
 }
 
 int val_export(const T(ExportJobRequest) *r, val_err *e) {

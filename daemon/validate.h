@@ -50,6 +50,8 @@ int val_list(const Traind__V1__ListJobsRequest *r, val_err *e);
 int val_plan_sizing(const Traind__V1__PlanJobRequest *r, val_err *e);
 int val_watch(const Traind__V1__WatchJobRequest *r, val_err *e);
 int val_export(const Traind__V1__ExportJobRequest *r, val_err *e);
+// ScoreData's shape (val_message) and numbers; its paths are val_path's.
+int val_score(const Traind__V1__ScoreDataRequest *r, val_err *e);
 
 // path resolved with realpath (symlinks followed) must lie under a root and
 // be a readable regular file (dir = 0) or directory (dir = 1). *resolved is

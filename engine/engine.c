@@ -12,15 +12,15 @@
 #include "common/bf16.h"
 #include "common/clock.h"
 #include "data/data.h"
-#include "compute/flops.h"
 #include "compute/peak.h"
 #include "exec/exec.h"
 #include "kernels/cpu/gemm.h"
 #include "model/hf_io.h"
 #include "model/model.h"
 #include "optim/adamw.h"
-#include "plan/sim.h"
 #include "optim/adamw8.h"
+#include "plan/sim.h"
+#include "run.h"
 
 // Version 3 moved the q/k/v biases behind the three weights in a layer shard;
 // a version 2 checkpoint of a model without those biases has the same bytes.
@@ -30,28 +30,6 @@
 // before they took the run's optimizer state; refused by name).
 enum { MAX_NONFINITE_STREAK = 3, META_VERSION = 3, META_VERSION_POET_FP32_MOMENTS = 4, META_VERSION_POET = 5 };
 
-struct eng_run {
-  eng_spec spec;          // strings below are owned copies
-  char *model_dir, *train_path, *eval_path;
-  eng_model model;
-  eng_dev *dev;
-  eng_exec *exec;
-  eng_data *train, *eval;
-  int32_t *ids, *labels;  // one batch
-  int64_t step;           // steps taken (updates + skipped)
-  int64_t updates;        // updates applied (AdamW's t)
-  int nonfinite_streak;
-  float lag_scale;        // clip_lagged: the factor the next step uses (NAN before the first)
-  double last_eval;
-  uint64_t last_in, last_out;
-  char plan_method[32];   // the plan it runs, for a timeline's title ("" : the uniform policy)
-  uint64_t plan_fixed;    // its fixed device bytes (a timeline's activation peak is the rest)
-  eng_govern gov;         // the compute spent, the budgets and stopping rules (compute/govern.h)
-  eng_step_flops flops;   // one step's (compute/flops.h)
-  double peak;            // FLOP/s MFU is against (0: none)
-  double wall_mark;       // when the last step (or the open, or a load) ended
-  int64_t merges_seen;    // POET-X merges whose FLOPs the tally has
-};
 
 void eng_spec_defaults(eng_spec *s) {
   memset(s, 0, sizeof *s);
@@ -106,6 +84,7 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
   if (s->eval_batches < 1) BAD("eval_batches must be positive");
   if (!(s->peak_flops >= 0) || !isfinite(s->peak_flops)) BAD("peak_flops must be a finite non-negative FLOP/s");
   int rc = eng_budget_validate(&s->budget, s->eval_path && s->eval_every > 0, e);
+  if (!rc) rc = eng_select_validate(&s->select, s->budget.max_tokens > 0 || s->budget.max_flops > 0, e);
   if (rc) return rc;
   if (s->method != ENG_METHOD_FULL && s->method != ENG_METHOD_POETX) BAD("unknown method %d", s->method);
   if (s->method == ENG_METHOD_POETX) {
@@ -357,6 +336,7 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
     goto fail;
   if ((rc = eng_exec_open(&r->exec, &r->model, r->dev, &pol, e))) goto fail;
   r->peak = spec->peak_flops > 0 ? spec->peak_flops : spec->device_gpu < 0 ? eng_cpu_peak_flops() : 0;
+  if (r->train && (rc = eng_run_select_open(r, e))) goto fail;
   r->wall_mark = eng_now();
   *out = r;
   return 0;
@@ -373,6 +353,7 @@ void eng_close(eng_run *r) {
   if (r->eval) eng_data_close(r->eval);
   eng_model_free(&r->model);
   eng_govern_free(&r->gov);
+  eng_run_select_close(r);
   free(r->ids);
   free(r->labels);
   free(r->model_dir);
@@ -509,8 +490,11 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
   }
   m->peak_flops = r->peak;
   m->mfu = r->peak > 0 ? m->flops_model / (m->t_total * r->peak) : NAN;
+  m->flops_score = r->score_model;
   double now = eng_now();
-  eng_govern_step(&r->gov, m->tokens, m->counted, m->flops_model, m->flops_exec, now - r->wall_mark);
+  eng_govern_step(&r->gov, m->tokens, m->counted, m->flops_model + r->score_model, m->flops_exec + r->score_exec,
+                  now - r->wall_mark);
+  r->score_model = r->score_exec = 0;
   r->wall_mark = now;
   if ((rc = maybe_eval(r, m, e))) return rc;
   m->total = r->gov.t;
@@ -528,7 +512,8 @@ int eng_step(eng_run *r, eng_metrics *m, eng_err *e) {
   eng_data_pos pos;
   eng_data_pos_get(r->train, &pos);
   int64_t before = r->step;
-  int rc = eng_data_next(r->train, r->spec.batch, r->ids, r->labels, e);
+  int rc = r->spec.select.rule != ENG_SELECT_NONE ? eng_run_select_batch(r, e)
+                                                   : eng_data_next(r->train, r->spec.batch, r->ids, r->labels, e);
   if (!rc) rc = eng_step_batch(r, r->ids, r->labels, m, e);
   // A step that did not happen (cancelled, failed) leaves its batch unread,
   // so a retried or resumed run sees the same data.
@@ -779,6 +764,7 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
   int rc = st->ckpt_begin(st->ctx, r->step, e);
   if (!rc) rc = st->ckpt_put(st->ctx, "meta", mt, sizeof mt, e);
   if (!rc) rc = compute_save(r, st, e);
+  if (!rc) rc = eng_run_select_save(r, st, e);
   // Shard by shard, straight from the model state: host memory never doubles
   // (a shard of a bf16 base goes through one layer's fp32, its layout's as
   // every shard's, so a checkpoint reads the same whatever holds the base).
@@ -867,7 +853,7 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
     r->model.poet.layers[l].merge_err = 0;
   }
   r->merges_seen = r->model.poet.layers ? r->updates / r->spec.poet_merge_every : 0;
-  if ((rc = compute_load(r, st, step, e))) return rc;
+  if ((rc = compute_load(r, st, step, e)) || (rc = eng_run_select_load(r, st, step, e))) return rc;
   r->wall_mark = eng_now();
   r->nonfinite_streak = (int)mt[META_STREAK];
   uint32_t lag = (uint32_t)mt[META_LAG];

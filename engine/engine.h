@@ -14,6 +14,7 @@
 #include "common/err.h"
 #include "common/fs_open.h"
 #include "compute/govern.h"
+#include "compute/select.h"
 #include "model/config.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
@@ -73,6 +74,8 @@ typedef struct eng_metrics {
   // and the budget or rule that stops the run after this step (NONE: it goes on).
   int64_t counted;
   double flops_model, flops_exec, mfu, peak_flops;
+  double flops_score;     // model FLOPs of the step's scoring passes (data selection), which
+                          // the tally and the budgets count, MFU does not
   eng_tally total;
   int evaluated;          // this step ran an evaluation (eval_loss is its result)
   double gain, fit_a, fit_b;
@@ -171,6 +174,10 @@ typedef struct eng_spec {
   // Compute governance (compute/govern.h): budgets and stopping rules, all
   // off by default. The rules need eval_path and eval_every.
   eng_budget budget;
+  // Data selection (compute/select.h): online batch selection by a rule, or
+  // an offline percentile band of a scores file; off by default. Paths are
+  // read under fs.
+  eng_select select;
   double peak_flops;      // the device's FLOP/s that MFU is against; 0: on the cpu backend
                           // measured (compute/peak.h), on a GPU none (MFU is NAN)
 
@@ -216,6 +223,14 @@ int eng_step(eng_run *r, eng_metrics *m, eng_err *e);
 int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_metrics *m, eng_err *e);
 // Mean loss over eval_batches batches of the held-out data (no update).
 int eng_eval(eng_run *r, double *loss, eng_err *e);
+
+// Scores every sample of the data file `data_path` (under the spec's fs, in
+// file order, the run's seq_len) with the run's model: its mean loss over
+// its counted tokens into *loss (malloc'ed, *n of them). The cpu backend.
+// *flops (may be NULL) gets the model FLOPs spent.
+int eng_score_samples(eng_run *r, const char *data_path, float **loss, uint64_t *n, double *flops, eng_err *e);
+// The same written as a scores file (compute/select.h) to out_path.
+int eng_score_data(eng_run *r, const char *data_path, const char *out_path, double *flops, eng_err *e);
 
 // Saves / restores the complete training state (weights, optimizer moments,
 // step, data position) as a checkpoint at the current step.

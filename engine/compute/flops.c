@@ -50,6 +50,7 @@ int eng_flops_step(const eng_config *c, int batch, int seq_len, int poet_block, 
   const double fwd_bwd_attn = (1.0 + ENG_FLOPS_ATTN_BWD_RATIO) * one.attn;
   out->refwd = seq.gemm + seq.attn;
   out->merge = 0;
+  out->fwd = L * (one.gemm + one.attn) + 2.0 * tokens * head;
   if (poet_block <= 0) {
     out->exec = L * (3.0 * one.gemm + fwd_bwd_attn) + 6.0 * tokens * head;
     return 0;
@@ -63,6 +64,7 @@ int eng_flops_step(const eng_config *c, int batch, int seq_len, int poet_block, 
   out->exec = L * (2.0 * one.gemm + fwd_bwd_attn + p.fwd + p.bwd + p.z_bwd + p.cayley + p.cayley_bwd) +
               6.0 * tokens * head;
   out->refwd += p1.fwd;
+  out->fwd += L * (p.fwd + p.cayley);
   out->merge = L * p.merge;
   return 0;
 }

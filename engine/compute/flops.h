@@ -55,6 +55,8 @@ typedef struct eng_step_flops {
   double refwd;     // executed by one layer's forward on one sequence (a
                     // recompute of l layers over s sequences runs l·s of it)
   double merge;     // POET-X: one merge of every layer (0 otherwise)
+  double fwd;       // executed by a forward of the batch alone (scoring; its model
+                    // FLOPs are a third of `model`: 2N + 4·L·H·Q·T per token)
 } eng_step_flops;
 // poet_block > 0: POET-X with blocks of that size, poet_fast keeping the
 // inner products (0: memory mode). Fails naming the weight a block does not

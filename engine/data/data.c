@@ -54,6 +54,7 @@ int eng_data_open(eng_data **out, const eng_fs *fs, const char *path, int seq_le
   if (!rc && d->shuffle && d->nsamples > UINT32_MAX)
     rc = eng_err_set(e, ENG_EINVAL, "%s: %llu samples, more than the %lu a shuffled data set can order", path,
                      (unsigned long long)d->nsamples, (unsigned long)UINT32_MAX);
+  d->nfile = d->nsamples;
   if (!rc) rc = eng_data_order_init(d, e);
   if (rc) {
     eng_data_close(d);
@@ -64,6 +65,27 @@ int eng_data_open(eng_data **out, const eng_fs *fs, const char *path, int seq_le
 }
 
 uint64_t eng_data_samples(const eng_data *d) { return d->nsamples; }
+
+uint64_t eng_data_file_samples(const eng_data *d) { return d->nfile; }
+
+int eng_data_keep(eng_data *d, const uint8_t *keep, eng_err *e) {
+  uint64_t n = 0;
+  for (uint64_t i = 0; i < d->nfile; i++) n += keep[i] != 0;
+  if (!n) return eng_err_set(e, ENG_EINVAL, "%s: the selection keeps none of its %llu samples", d->path,
+                             (unsigned long long)d->nfile);
+  uint32_t *kept = malloc(n * sizeof *kept);
+  if (!kept) return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate the selection of %llu samples", d->path,
+                                (unsigned long long)n);
+  for (uint64_t i = 0, k = 0; i < d->nfile; i++)
+    if (keep[i]) kept[k++] = (uint32_t)i;
+  free(d->kept);
+  free(d->order);
+  d->order = NULL;
+  d->kept = kept;
+  d->nsamples = n;
+  d->pos = (eng_data_pos){0, 0};
+  return eng_data_order_init(d, e);
+}
 
 uint64_t eng_data_tokens(const eng_data *d) { return d->ntok; }
 
@@ -76,6 +98,7 @@ void eng_data_close(eng_data *d) {
   free(d->rec_labels);
   free(d->rec_off);
   free(d->order);
+  free(d->kept);
   free(d->path);
   free(d);
 }

@@ -76,6 +76,17 @@ int eng_data_open(eng_data **out, const eng_fs *fs, const char *path, int seq_le
 // order) whenever one ends, even in the middle of a batch.
 int eng_data_next(eng_data *d, int batch, int32_t *ids, int32_t *labels, eng_err *e);
 
+// The same, and the file's index of each sample into samples[batch] (NULL:
+// not wanted): the number a score of the sample goes by.
+int eng_data_next_samples(eng_data *d, int batch, int32_t *ids, int32_t *labels, uint64_t *samples, eng_err *e);
+
+// Serves only the file's samples i with keep[i] != 0 (keep has
+// eng_data_file_samples entries), in an order drawn as for the whole file,
+// from position (0, 0). ENG_EINVAL when it keeps none.
+int eng_data_keep(eng_data *d, const uint8_t *keep, eng_err *e);
+// Samples in the file, whatever eng_data_keep kept.
+uint64_t eng_data_file_samples(const eng_data *d);
+
 // The position of the next sample.
 void eng_data_pos_get(const eng_data *d, eng_data_pos *p);
 // Moves to p (from eng_data_pos_get on a data set opened with the same path,
@@ -83,7 +94,8 @@ void eng_data_pos_get(const eng_data *d, eng_data_pos *p);
 // (the file changed since) is refused and the position left as it was.
 int eng_data_pos_set(eng_data *d, const eng_data_pos *p, eng_err *e);
 
-// Samples per epoch: windows of a pretraining source, records of a JSONL file.
+// Samples per epoch: windows of a pretraining source, records of a JSONL
+// file (of them, those eng_data_keep kept).
 uint64_t eng_data_samples(const eng_data *d);
 // Tokens in the source: shard tokens, text bytes, or the sum of the JSONL
 // records' input_ids lengths before padding or truncation.

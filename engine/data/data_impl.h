@@ -31,6 +31,8 @@ struct eng_data {
   uint64_t *rec_off;
 
   uint64_t nsamples; // per epoch
+  uint64_t nfile;    // samples in the file (nsamples unless eng_data_keep chose some)
+  uint32_t *kept;    // served sample i is the file's sample kept[i]; NULL: all, in file order
   uint32_t *order;   // the current epoch's permutation when shuffling, else NULL
   eng_data_pos pos;
 };

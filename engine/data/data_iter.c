@@ -50,11 +50,17 @@ static int sample_fill(eng_data *d, uint64_t s, int32_t *ids, int32_t *labels, e
 }
 
 int eng_data_next(eng_data *d, int batch, int32_t *ids, int32_t *labels, eng_err *e) {
+  return eng_data_next_samples(d, batch, ids, labels, NULL, e);
+}
+
+int eng_data_next_samples(eng_data *d, int batch, int32_t *ids, int32_t *labels, uint64_t *samples, eng_err *e) {
   if (batch <= 0) return eng_err_set(e, ENG_EINVAL, "%s: batch must be positive, got %d", d->path, batch);
   if (!ids || !labels) return eng_err_set(e, ENG_EINVAL, "%s: no buffer for the batch's ids or labels", d->path);
   size_t T = (size_t)d->seq_len;
   for (int b = 0; b < batch; b++) {
     uint64_t s = d->order ? d->order[d->pos.index] : d->pos.index;
+    if (d->kept) s = d->kept[s];
+    if (samples) samples[b] = s;
     int rc = sample_fill(d, s, ids + (size_t)b * T, labels + (size_t)b * T, e);
     if (rc) return rc;
     if (++d->pos.index == d->nsamples) {

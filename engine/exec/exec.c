@@ -764,6 +764,16 @@ static int abort_step(eng_exec *x, int rc, eng_err *e) {
     if (rc_) return abort_step(x, rc_, e);    \
   } while (0)
 
+int eng_exec_score(eng_exec *x, const int32_t *ids, const int32_t *labels, double *seq_loss, volatile int *cancel,
+                   eng_exec_result *res, eng_err *e) {
+  if (x->p.cuda)
+    return eng_err_set(e, ENG_ENOTSUP, "scoring samples one by one runs on the cpu backend in this build");
+  x->seq_loss = seq_loss;
+  int rc = eng_exec_run(x, ids, labels, 0, NULL, cancel, res, e);
+  x->seq_loss = NULL;
+  return rc;
+}
+
 int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int backward,
                  float *logits, volatile int *cancel, eng_exec_result *res, eng_err *e) {
   eng_model *m = x->m;

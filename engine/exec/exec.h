@@ -117,6 +117,11 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
 // time (that thread launches the kernels).
 int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int backward,
                  float *logits, volatile int *cancel, eng_exec_result *res, eng_err *e);
+// A forward without the loss's backward that also hands back each
+// sequence's loss sum (seq_loss[batch]: over its counted targets), for
+// scoring samples. The cpu backend; ENG_ENOTSUP on a GPU.
+int eng_exec_score(eng_exec *x, const int32_t *ids, const int32_t *labels, double *seq_loss, volatile int *cancel,
+                   eng_exec_result *res, eng_err *e);
 
 // Launches an update round on the optimizer worker (embedding, layers, head)
 // and returns at once; the next eng_exec_run waits per shard.

@@ -229,6 +229,16 @@ static int cpu_head(eng_exec *x, const void *w, float *g, const void *xl, void *
   const float *fnorm = w, *wmat = fnorm + lo->final_norm.numel;
   eng_k_rmsnorm_fwd(x->h_xn, x->h_rstd, xl, fnorm, mbn, d, c->rms_eps);
   float *lg = logits ? logits + (size_t)i * mbn * V : NULL;
+  if (x->seq_loss && !g && !lg) { // scoring: sequence by sequence
+    const int T = x->p.seq_len;
+    for (int b = 0; b < x->mb; b++) {
+      double l = eng_k_head_loss(NULL, NULL, NULL, (const float *)x->h_xn + (size_t)b * T * d, wmat,
+                                 x->targets + (size_t)i * mbn + (size_t)b * T, T, d, V, scale, x->h_scratch);
+      x->seq_loss[(size_t)i * x->mb + b] = l;
+      *loss_sum += l;
+    }
+    return 0;
+  }
   *loss_sum += eng_k_head_loss(g ? x->h_dxn : NULL, g ? g + lo->final_norm.numel : NULL, lg, x->h_xn, wmat,
                                x->targets + (size_t)i * mbn, mbn, d, V, scale, x->h_scratch);
   if (g) eng_k_rmsnorm_bwd(dx, g, x->h_dxn, NULL, xl, fnorm, x->h_rstd, mbn, d);

@@ -101,6 +101,7 @@ struct eng_exec {
   void *h_scratch;
   void *own;            // the backend's own buffers (z.own bytes)
   int32_t *targets;     // [B*T] shifted labels (host)
+  double *seq_loss;     // eng_exec_score's run: each sequence's loss sum, [B]; else NULL
   void **ckpt_host;     // [L] host copies of the boundaries placed in host memory
   void *stage;          // the cuda backend's host rows (token ids in, dX of boundary 0 out)
   int64_t runs;         // backward passes started: the spill store's step key

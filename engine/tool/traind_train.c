@@ -31,7 +31,8 @@ static void usage(FILE *f) {
           "  --tie               tie the embedding and the head\n"
           "data:\n"
           "  --data PATH         .bin shard, .jsonl records, or text (byte tokens)\n"
-          "  --eval PATH         held-out file; --eval-every N steps (default 0 = never)\n"
+          "  --eval PATH         held-out file; --eval-every N steps (default 0 = never),\n"
+          "                      --eval-batches N batches each time (default 4)\n"
           "  --seq N             sequence length (default 256)\n"
           "  --batch N           sequences per step (default 8)\n"
           "  --micro N           micro-batches per step (default 1)\n"
@@ -93,6 +94,20 @@ static void usage(FILE *f) {
           "                      (Prechelt's generalisation loss)\n"
           "  --peak-flops F      the device's FLOP/s for MFU (default: measured on the cpu\n"
           "                      backend; a GPU needs it)\n"
+          "data selection (the cpu backend; the scoring passes count against the budgets):\n"
+          "  --select RULE       each step, score a pool of candidates by a forward pass and\n"
+          "                      train on the best batch of them: loss (highest loss),\n"
+          "                      reducible (loss less --select-reference's, RHO-LOSS) or\n"
+          "                      dynamics (unseen first, then the largest fall in loss\n"
+          "                      since last scored); default none\n"
+          "  --select-pool K     candidates per step, in batches (default 4)\n"
+          "  --select-adaptive   K from the budget: data tokens / tokens the remaining\n"
+          "                      budget trains on, between 1 and --select-pool\n"
+          "  --select-reference DIR  the reference model (Hugging Face directory)\n"
+          "  --select-band FILE:LO:HI  train only on the samples whose score in FILE (from\n"
+          "                      --score) lies between percentiles LO and HI\n"
+          "  --score FILE        instead of training: score every sample of --data with the\n"
+          "                      model and write the scores file FILE\n"
           "state:\n"
           "  --save-dir DIR      save the training state there at the end (and --save-every N)\n"
           "  --resume            resume from the newest checkpoint in --save-dir first\n"
@@ -273,6 +288,7 @@ int main(int argc, char **argv) {
   eng_spec_defaults(&s);
   preset("tiny", &s.config);
   int steps = 100, resume = 0, save_every = 0;
+  const char *score_path = NULL;
   const char *save_dir = NULL, *export_dir = NULL, *plan_arg = NULL, *model_name = "tiny", *timeline_path = NULL;
   double calibrate = ENG_CALIBRATE_SECONDS;
   given g = {0};
@@ -282,7 +298,8 @@ int main(int argc, char **argv) {
          O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
          O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_PLAN, O_CALIBRATE, O_TIMELINE,
          O_METHOD, O_POET_BLOCK, O_POET_MERGE, O_POET_LR, O_POET_MEMORY, O_POET_BASE, O_MAX_TOKENS, O_MAX_FLOPS,
-         O_MAX_WALL, O_GAIN_TAU, O_GAIN_PATIENCE, O_GAIN_WINDOW, O_GL_ALPHA, O_PEAK, O_HELP };
+         O_MAX_WALL, O_GAIN_TAU, O_GAIN_PATIENCE, O_GAIN_WINDOW, O_GL_ALPHA, O_PEAK, O_SELECT, O_SELECT_POOL,
+         O_SELECT_ADAPTIVE, O_SELECT_REF, O_SELECT_BAND, O_SCORE, O_EVAL_BATCHES, O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
       {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
@@ -302,6 +319,9 @@ int main(int argc, char **argv) {
       {"poet-base", 1, 0, O_POET_BASE}, {"max-tokens", 1, 0, O_MAX_TOKENS}, {"max-flops", 1, 0, O_MAX_FLOPS},
       {"max-wall", 1, 0, O_MAX_WALL}, {"gain-tau", 1, 0, O_GAIN_TAU}, {"gain-patience", 1, 0, O_GAIN_PATIENCE},
       {"gain-window", 1, 0, O_GAIN_WINDOW}, {"gl-alpha", 1, 0, O_GL_ALPHA}, {"peak-flops", 1, 0, O_PEAK},
+      {"select", 1, 0, O_SELECT}, {"select-pool", 1, 0, O_SELECT_POOL}, {"select-adaptive", 0, 0, O_SELECT_ADAPTIVE},
+      {"select-reference", 1, 0, O_SELECT_REF}, {"select-band", 1, 0, O_SELECT_BAND}, {"score", 1, 0, O_SCORE},
+      {"eval-batches", 1, 0, O_EVAL_BATCHES},
       {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -393,6 +413,35 @@ int main(int argc, char **argv) {
     case O_GAIN_WINDOW: s.budget.gain_window = atoi(optarg); break;
     case O_GL_ALPHA: s.budget.gl_alpha = strtod(optarg, NULL); break;
     case O_PEAK: s.peak_flops = strtod(optarg, NULL); break;
+    case O_SELECT: {
+      int k = eng_select_rule_parse(optarg);
+      if (k < 0) {
+        fprintf(stderr, "traind-train: --select must be one of none loss reducible dynamics (got \"%s\")\n", optarg);
+        return 2;
+      }
+      s.select.rule = (eng_select_rule)k;
+      break;
+    }
+    case O_SELECT_POOL: s.select.pool = atoi(optarg); break;
+    case O_SELECT_ADAPTIVE: s.select.adaptive = 1; break;
+    case O_SELECT_REF: s.select.reference = optarg; break;
+    case O_SELECT_BAND: {
+      static char band[4096];
+      snprintf(band, sizeof band, "%s", optarg);
+      char *c2 = strrchr(band, ':'), *c1 = NULL;
+      if (c2) *c2 = 0, c1 = strrchr(band, ':');
+      if (!c1) {
+        fprintf(stderr, "traind-train: --select-band FILE:LO:HI (percentiles), got \"%s\"\n", optarg);
+        return 2;
+      }
+      *c1 = 0;
+      s.select.band_file = band;
+      s.select.band_lo = strtod(c1 + 1, NULL);
+      s.select.band_hi = strtod(c2 + 1, NULL);
+      break;
+    }
+    case O_SCORE: score_path = optarg; break;
+    case O_EVAL_BATCHES: s.eval_batches = atoi(optarg); break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -442,6 +491,16 @@ int main(int argc, char **argv) {
            s.batch, s.seq_len, (double)eng_opt_state_bytes(r) / (double)eng_param_count(r));
     printf("cpu products: the %s route%s%s\n", route, *core ? ", OpenBLAS core " : "", core);
   }
+  if (!rc && score_path) {
+    double fl = 0;
+    rc = eng_score_data(r, s.train_path, score_path, &fl, &e);
+    if (!rc) printf("scored %s with %s: %s (%.3g model FLOPs)\n", s.train_path, model_name, score_path, fl);
+    if (rc) fprintf(stderr, "traind-train: --score: %s: %s\n", eng_err_name(rc), e.msg);
+    if (st.close) st.close(st.ctx);
+    eng_close(r);
+    eng_plan_free(&plan);
+    return rc ? 1 : 0;
+  }
   double first = NAN, last = NAN, tps_sum = 0;
   int measured = 0;
   eng_metrics m = {0};
@@ -452,6 +511,12 @@ int main(int argc, char **argv) {
     last = m.loss;
     if (m.step > 2) tps_sum += m.tokens_per_s, measured++; // warm-up excluded
     if (save_dir && save_every > 0 && m.step % save_every == 0) rc = eng_save(r, &st, &e);
+  }
+  // The held-out loss where training ended, unless the last step measured it.
+  double final_eval = NAN;
+  if (!rc && s.eval_path) {
+    if (m.evaluated) final_eval = m.eval_loss;
+    else rc = eng_eval(r, &final_eval, &e);
   }
   if (!rc && save_dir) rc = eng_save(r, &st, &e);
   if (!rc && export_dir) rc = eng_export_hf(r, export_dir, 0, &e);
@@ -468,6 +533,7 @@ int main(int argc, char **argv) {
            m.peak_arena / 1048576.0, m.arena_cap / 1048576.0, ru.ru_maxrss / 1024.0, (long long)gv->t.tokens,
            gv->t.flops_model, gv->t.flops_exec, gv->t.wall_s);
     if (gv->stop) printf("; stopped by %s", eng_stop_name(gv->stop));
+    if (!isnan(final_eval)) printf("; eval %.4f", final_eval);
     printf("\n");
   } else {
     fprintf(stderr, "traind-train: %s: %s\n", eng_err_name(rc), e.msg);

@@ -428,6 +428,14 @@ static inline int td_submit_outcome(td *t, const char *jobfile, char *msg, size_
   return state;
 }
 
+// Submits a job file that the daemon must refuse with a message that
+// contains want.
+static inline void td_refused(td *t, const char *jobfile, const char *want) {
+  char msg[4096];
+  int st = td_submit_outcome(t, jobfile, msg, sizeof msg, 60);
+  CHECK(st == -1 && strstr(msg, want), "%s: expected a refusal naming \"%s\", got state %d: %s", jobfile, want, st, msg);
+}
+
 // Waits until the job has done at least `step` steps.
 static inline void td_wait_step(td *t, const char *id, int64_t step, double timeout_s) {
   double t0 = td_now();

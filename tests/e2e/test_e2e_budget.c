@@ -68,12 +68,6 @@ static outcome run(td *t, const char *name, int steps, const char *data, const c
   return o;
 }
 
-static void refused(td *t, const char *name, const char *budget, const char *want) {
-  char msg[4096];
-  int st = td_submit_outcome(t, jobfile(name, 10, NULL, budget), msg, sizeof msg, 60);
-  CHECK(st == -1 && strstr(msg, want), "%s: expected a refusal naming \"%s\", got state %d: %s", name, want, st, msg);
-}
-
 int main(void) {
   td t;
   td_init(&t);
@@ -137,9 +131,9 @@ int main(void) {
         "plain: %s at step %lld: %s", o.stop, (long long)o.step, o.reason);
 
   snprintf(budget, sizeof budget, "budget:\n  max_tokens: %lld\n", (long long)(per - 1));
-  refused(&t, "small", budget, "spec.budget.max_tokens");
-  refused(&t, "noeval", "budget:\n  gain_tau: 1e-12\n", "spec.budget.gain_tau: needs held-out loss");
-  refused(&t, "window", "budget:\n  gain_window: 2\n", "spec.budget.gain_window");
+  td_refused(&t, jobfile("small", 10, NULL, budget), "spec.budget.max_tokens");
+  td_refused(&t, jobfile("noeval", 10, NULL, "budget:\n  gain_tau: 1e-12\n"), "spec.budget.gain_tau: needs held-out loss");
+  td_refused(&t, jobfile("window", 10, NULL, "budget:\n  gain_window: 2\n"), "spec.budget.gain_window");
   td_finish(&t);
   printf("test_e2e_budget: ok\n");
   return 0;

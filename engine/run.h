@@ -1,0 +1,60 @@
+// The engine's run (engine.h's eng_run), shared by the files that implement
+// its API: engine.c (open, step, save, load, export) and select.c (data
+// selection). Not part of the API.
+#ifndef ENG_RUN_H
+#define ENG_RUN_H
+
+#include "compute/flops.h"
+#include "compute/select.h"
+#include "data/data.h"
+#include "engine.h"
+#include "exec/exec.h"
+#include "model/model.h"
+
+struct eng_run {
+  eng_spec spec;          // strings below are owned copies
+  char *model_dir, *train_path, *eval_path;
+  eng_model model;
+  eng_dev *dev;
+  eng_exec *exec;
+  eng_data *train, *eval;
+  int32_t *ids, *labels;  // one batch
+  int64_t step;           // steps taken (updates + skipped)
+  int64_t updates;        // updates applied (AdamW's t)
+  int nonfinite_streak;
+  float lag_scale;        // clip_lagged: the factor the next step uses (NAN before the first)
+  double last_eval;
+  uint64_t last_in, last_out;
+  char plan_method[32];   // the plan it runs, for a timeline's title ("" : the uniform policy)
+  uint64_t plan_fixed;    // its fixed device bytes (a timeline's activation peak is the rest)
+  eng_govern gov;         // the compute spent, the budgets and stopping rules (compute/govern.h)
+  eng_step_flops flops;   // one step's (compute/flops.h)
+  double peak;            // FLOP/s MFU is against (0: none)
+  double wall_mark;       // when the last step (or the open, or a load) ended
+  int64_t merges_seen;    // POET-X merges whose FLOPs the tally has
+  // Data selection (compute/select.h; select.c): the per-sample state, the
+  // candidate pool's buffers, the reference model's run, and what the
+  // current step's scoring spent (eng_step_batch adds it to the step's).
+  eng_select_state sel;
+  int32_t *pool_ids, *pool_labels;
+  uint64_t *pool_samples;
+  double *pool_loss;
+  int *pool_pick;
+  int pool_cap;           // batches the buffers hold
+  eng_run *ref;
+  double score_model, score_exec;
+};
+
+// Data selection (select.c): set up from the spec at open (the offline band
+// restricts r->train; online selection allocates its state and opens the
+// reference model), released at close.
+int eng_run_select_open(eng_run *r, eng_err *e);
+void eng_run_select_close(eng_run *r);
+// The next batch into r->ids, r->labels: drawn and scored by the rule,
+// its scoring's FLOPs in r->score_model and r->score_exec.
+int eng_run_select_batch(eng_run *r, eng_err *e);
+// The per-sample state as a checkpoint shard "select" (when selecting).
+int eng_run_select_save(const eng_run *r, const eng_store *st, eng_err *e);
+int eng_run_select_load(eng_run *r, const eng_store *st, int64_t step, eng_err *e);
+
+#endif
