@@ -53,7 +53,7 @@ static const ProtobufCMessageDescriptor *types[] = {
     &traind__v1__submit_job_request__descriptor, &traind__v1__list_jobs_request__descriptor,
     &traind__v1__watch_job_request__descriptor,  &traind__v1__export_job_request__descriptor,
     &traind__v1__get_job_request__descriptor,    &traind__v1__plan_job_request__descriptor,
-    &grpc__health__v1__health_check_request__descriptor,
+    &grpc__health__v1__health_check_request__descriptor, &traind__v1__score_data_request__descriptor,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -78,6 +78,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rc = val_watch((Traind__V1__WatchJobRequest *)m, &e);
   } else if (d == &traind__v1__export_job_request__descriptor) {
     rc = val_export((Traind__V1__ExportJobRequest *)m, &e);
+  } else if (d == &traind__v1__score_data_request__descriptor) {
+    rc = val_score((Traind__V1__ScoreDataRequest *)m, &e);
   } else if (d == &traind__v1__plan_job_request__descriptor) {
     rc = val_message(m, "", &e);
     if (!rc) rc = val_plan_sizing((Traind__V1__PlanJobRequest *)m, &e);
