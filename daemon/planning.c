@@ -23,6 +23,7 @@ struct planning {
   char *state_dir; // the spill store's filesystem, for its free space
   store *st;
   double nvme_read, nvme_write; // measured once, bytes/s
+  double peak;     // the profile file's dense GEMM rate (0: none configured)
 };
 
 int planning_open(planning **out, const char *profile_file, const char *override_file, store *st,
@@ -40,6 +41,8 @@ int planning_open(planning **out, const char *profile_file, const char *override
   if (!rc && profile_file) {
     rc = eng_profile_load(profile_file, &check, e);
     if (!rc) rc = eng_profile_validate(&check, profile_file, e);
+    if (!rc && p->override_file) rc = eng_profile_merge_file(&check, p->override_file, e);
+    if (!rc) p->peak = check.gemm_flops;
   }
   if (!rc && override_file) {
     memset(&check, 0, sizeof check);
@@ -52,6 +55,8 @@ int planning_open(planning **out, const char *profile_file, const char *override
   *out = p;
   return 0;
 }
+
+double planning_peak(const planning *p) { return p->peak; }
 
 void planning_close(planning *p) {
   if (!p) return;

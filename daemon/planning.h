@@ -19,6 +19,9 @@ typedef struct planning planning;
 int planning_open(planning **out, const char *profile_file, const char *override_file, store *st,
                   const char *state_dir, eng_err *e);
 void planning_close(planning *p);
+// The device's FLOP/s that MFU is quoted against, from profile_file (with
+// its override): a GPU's; 0 when no profile file is configured.
+double planning_peak(const planning *p);
 
 // The plan for the engine spec s (model config, batch, seq_len, device cap):
 // the profile (calibrated at s's shapes the first time they are seen), then

@@ -133,6 +133,9 @@ static void run_job(runner *r) {
   p->eng.note_ctx = r;
   p->eng.spill = &st; // for the boundaries the policy spills
   eng_run *run = NULL;
+  // MFU on a GPU is against the configured profile's rate (the cpu backend
+  // measures its own).
+  if (p->eng.device_gpu >= 0 && !p->eng.peak_flops) p->eng.peak_flops = planning_peak(r->planning);
   int rc = p->use_planner ? plan_apply(r, p, &e) : 0;
   if (!rc) rc = eng_open(&p->eng, &run, &e);
   if (!rc) {
