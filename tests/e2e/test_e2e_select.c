@@ -14,7 +14,7 @@
 static const char *jobfile(const char *name, const char *tail) {
   char file[64];
   snprintf(file, sizeof file, "%s.yaml", name);
-  return td_jobfile(file, 200, 1000000, tail);
+  return td_jobfile(file, 40, 1000000, tail);
 }
 
 int main(void) {
@@ -34,7 +34,7 @@ int main(void) {
   const char *id = td_submit(&t, jobfile("online", tail), NULL);
   char jid[80];
   snprintf(jid, sizeof jid, "%s", id);
-  Traind__V1__Job *j = td_wait_done(&t, jid, 120);
+  Traind__V1__Job *j = td_wait_done(&t, jid, 600);
   CHECK(j->state == TRAIND__V1__JOB_STATE__JOB_STATE_SUCCEEDED && j->compute, "online: ended %d: %s", j->state,
         j->error);
   int64_t steps = j->progress->step;
@@ -68,11 +68,11 @@ int main(void) {
             strstr(out, "data_path"), "scoring a file outside the roots: %s", out);
   snprintf(tail, sizeof tail, "select:\n  band_file: %s\n  band_lo: 0\n  band_hi: 50\n", scores);
   snprintf(jid, sizeof jid, "%s", td_submit(&t, jobfile("band", tail), NULL));
-  j = td_wait_done(&t, jid, 120);
-  CHECK(j->state == TRAIND__V1__JOB_STATE__JOB_STATE_SUCCEEDED && j->progress->step == 200, "band: ended %d at %lld: %s",
+  j = td_wait_done(&t, jid, 600);
+  CHECK(j->state == TRAIND__V1__JOB_STATE__JOB_STATE_SUCCEEDED && j->progress->step == 40, "band: ended %d at %lld: %s",
         j->state, (long long)j->progress->step, j->error);
   protobuf_c_message_free_unpacked(&j->base, NULL);
-  printf("offline: 200 steps on the lower half of the demo text's scores\n");
+  printf("offline: 40 steps on the lower half of the demo text's scores\n");
 
   td_refused(&t, jobfile("rule", "select:\n  rule: hardest\n"), "spec.select.rule");
   td_refused(&t, jobfile("noref", "select:\n  rule: reducible\n"), "spec.select.reference");
