@@ -226,6 +226,18 @@ int eng_spec_host_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
   size_t batch = 2 * (size_t)spec->batch * spec->seq_len * sizeof(int32_t); // ids and labels
   // The cpu backend's device arena is host memory too.
   *bytes = eng_model_state_bytes(&cfg, &mo) + t.host + batch + (spec->device_gpu < 0 ? t.device : 0);
+  // Online selection's pool, and the reducible rule's reference model, a
+  // run of its own.
+  const eng_select *sel = &spec->select;
+  if (sel->rule != ENG_SELECT_NONE)
+    *bytes += (size_t)(sel->pool ? sel->pool : 4) * (batch + (size_t)spec->batch * (sizeof(uint64_t) + sizeof(double)));
+  if (sel->rule == ENG_SELECT_REDUCIBLE && sel->reference) {
+    eng_spec rs;
+    size_t ref;
+    eng_run_select_ref_spec(spec, &rs);
+    if ((rc = eng_spec_host_bytes(&rs, &ref, e))) return eng_err_prefix(e, "select.reference: ");
+    *bytes += ref;
+  }
   return 0;
 }
 

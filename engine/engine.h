@@ -207,8 +207,10 @@ void eng_spec_profile_method(const eng_spec *s, eng_profile *p);
 // the model state (fp32 master, gradient store, optimizer moments, a GPU's
 // bf16 working copy), the boundary checkpoints its policy keeps in host
 // memory, the batch buffers and, on the cpu backend, the device arena (host
-// memory there). Not counted: the training data (text and JSON-lines files
-// are read whole, .bin shards mapped) and the threads' stacks.
+// memory there); with online data selection its pool and the reducible
+// rule's reference model (a second run). Not counted: the training data
+// (text and JSON-lines files are read whole, .bin shards mapped) and the
+// threads' stacks.
 int eng_spec_host_bytes(const eng_spec *spec, size_t *bytes, eng_err *e);
 
 // Validates the spec, loads or initialises the model, plans the arena

@@ -50,6 +50,9 @@ struct eng_run {
 // reference model), released at close.
 int eng_run_select_open(eng_run *r, eng_err *e);
 void eng_run_select_close(eng_run *r);
+// The reducible rule's reference model's spec: its model directory, run at
+// the spec's batch shape and cap, scoring only (open and host bytes).
+void eng_run_select_ref_spec(const eng_spec *s, eng_spec *ref);
 // The next batch into r->ids, r->labels: drawn and scored by the rule,
 // its scoring's FLOPs in r->score_model and r->score_exec.
 int eng_run_select_batch(eng_run *r, eng_err *e);

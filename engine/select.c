@@ -62,21 +62,24 @@ int eng_run_select_open(eng_run *r, eng_err *e) {
   if (!r->pool_ids || !r->pool_labels || !r->pool_samples || !r->pool_loss || !r->pool_pick)
     return eng_err_set(e, ENG_ENOMEM, "select: cannot allocate a pool of %d batches", k);
   if (s->rule != ENG_SELECT_REDUCIBLE) return 0;
-  // The reference model: the same batch shape, scoring only.
   eng_spec rs;
-  eng_spec_defaults(&rs);
-  rs.model_dir = s->reference;
-  rs.fs = r->spec.fs;
-  rs.seq_len = r->spec.seq_len;
-  rs.batch = r->spec.batch;
-  rs.device_cap = r->spec.device_cap;
-  rs.seed = r->spec.seed;
+  eng_run_select_ref_spec(&r->spec, &rs);
   rs.peak_flops = r->peak > 0 ? r->peak : 0;
   if ((rc = eng_open(&rs, &r->ref, e))) return eng_err_prefix(e, "select.reference: ");
   if (eng_run_config(r->ref)->vocab != r->spec.config.vocab)
     return eng_err_set(e, ENG_EINVAL, "select.reference: its vocabulary has %d tokens, the model's %d",
                        eng_run_config(r->ref)->vocab, r->spec.config.vocab);
   return 0;
+}
+
+void eng_run_select_ref_spec(const eng_spec *s, eng_spec *rs) {
+  eng_spec_defaults(rs);
+  rs->model_dir = s->select.reference;
+  rs->fs = s->fs;
+  rs->seq_len = s->seq_len;
+  rs->batch = s->batch;
+  rs->device_cap = s->device_cap;
+  rs->seed = s->seed;
 }
 
 void eng_run_select_close(eng_run *r) {

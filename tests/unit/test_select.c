@@ -199,6 +199,24 @@ static void test_run(void) {
   eng_close(r);
   printf("score: %llu samples scored, %.4g model FLOPs\n", (unsigned long long)N, fl);
 
+  // Host memory counts the reducible rule's reference model, a run of its own.
+  eng_spec h;
+  tiny_spec(&h, 2);
+  CHECK_OK(eng_open(&h, &r, &e), &e);
+  const char *refdir = tmp_path("ref");
+  CHECK_OK(eng_export_hf(r, refdir, 0, &e), &e);
+  eng_close(r);
+  size_t plain, with, ref;
+  CHECK_OK(eng_spec_host_bytes(&h, &plain, &e), &e);
+  h.select = (eng_select){.rule = ENG_SELECT_REDUCIBLE, .pool = 2, .reference = refdir};
+  CHECK_OK(eng_spec_host_bytes(&h, &with, &e), &e);
+  eng_spec rs = h;
+  rs.select = (eng_select){0};
+  rs.model_dir = refdir;
+  CHECK_OK(eng_spec_host_bytes(&rs, &ref, &e), &e);
+  CHECK(with > plain + ref, "host bytes: %zu plain, %zu with a reference of %zu", plain, with, ref);
+  printf("host bytes: %zu, with a reference model %zu\n", plain, with);
+
   // Refusals, by field.
   eng_spec bad = s;
   bad.select = (eng_select){.rule = ENG_SELECT_REDUCIBLE, .pool = 2};
