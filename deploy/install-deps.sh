@@ -15,6 +15,8 @@ pkgs=(
   libopenblas-openmp-dev libjansson-dev
   libglpk-dev librocksdb-dev libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libsystemd-dev
+  # the tokenizer: pre-tokenizer regexes, Unicode normalization
+  libpcre2-dev libutf8proc-dev
   # the API: the standard health.proto, job files, the fuzz target (libFuzzer)
   grpc-proto libyaml-dev clang
   # the TLS test makes its certificate with it

@@ -222,3 +222,29 @@ int eng_fs_exists(const eng_fs *fs, const char *path) {
   close(fd);
   return 1;
 }
+
+// Reads rather than maps, for the reason eng_fs_pread gives.
+int eng_fs_read_all(int fd, const char *path, char **buf, size_t *len, eng_err *e) {
+  *buf = NULL;
+  *len = 0;
+  struct stat st;
+  if (fstat(fd, &st) != 0) return eng_err_set(e, ENG_EIO, "%s: cannot stat: %s", path, strerror(errno));
+  size_t n = (size_t)st.st_size;
+  char *b = malloc(n + 1);
+  if (!b) return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate %zu bytes to read it", path, n + 1);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, b + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  if (got != n) {
+    free(b);
+    return eng_err_set(e, ENG_EIO, "%s: read %zu of %zu bytes", path, got, n);
+  }
+  b[n] = '\0';
+  *buf = b;
+  *len = n;
+  return ENG_OK;
+}

@@ -57,6 +57,9 @@ int eng_fs_open_opt(const eng_fs *fs, const char *path, int *fd, eng_err *e);
 // opened". The files a job names are read this way rather than mapped, since
 // a mapped file truncated under its reader is SIGBUS for the whole process.
 int eng_fs_pread(int fd, const char *path, uint64_t size, void *buf, size_t n, uint64_t off, eng_err *e);
+// The whole of the open file fd (named path in messages) into *buf
+// (malloc'd, NUL-terminated for convenience; *len excludes the NUL).
+int eng_fs_read_all(int fd, const char *path, char **buf, size_t *len, eng_err *e);
 
 // Whether path is there as fs sees it: 0 only when it does not exist (any
 // other refusal answers 1, so that the open that follows names it).

@@ -1,0 +1,164 @@
+// The tokenizer's containers: the vocabulary map, piece lists, the byte
+// arena of made text, growable id lists.
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/hash.h"
+#include "tok/tok_impl.h"
+
+int tok_strmap_init(tok_strmap *m, uint32_t expect) {
+  memset(m, 0, sizeof *m);
+  uint32_t cap = 16;
+  while (cap < 2 * expect + 16) cap *= 2;
+  m->mask = cap - 1;
+  m->slot = calloc(cap, sizeof *m->slot);
+  m->cap = expect + 16;
+  m->koff = malloc(m->cap * sizeof *m->koff);
+  m->klen = malloc(m->cap * sizeof *m->klen);
+  m->val = malloc(m->cap * sizeof *m->val);
+  return m->slot && m->koff && m->klen && m->val ? ENG_OK : ENG_ENOMEM;
+}
+
+void tok_strmap_free(tok_strmap *m) {
+  free(m->slot);
+  free(m->koff);
+  free(m->klen);
+  free(m->val);
+  free(m->pool);
+  memset(m, 0, sizeof *m);
+}
+
+static int strmap_grow(tok_strmap *m) {
+  uint32_t cap = (m->mask + 1) * 2;
+  uint32_t *slot = calloc(cap, sizeof *slot);
+  if (!slot) return ENG_ENOMEM;
+  for (uint32_t k = 0; k < m->n; k++) {
+    uint64_t h = eng_fnv1a64(ENG_FNV1A64_INIT, m->pool + m->koff[k], m->klen[k]);
+    uint32_t i = (uint32_t)h & (cap - 1);
+    while (slot[i]) i = (i + 1) & (cap - 1);
+    slot[i] = k + 1;
+  }
+  free(m->slot);
+  m->slot = slot;
+  m->mask = cap - 1;
+  return ENG_OK;
+}
+
+int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len) {
+  uint64_t h = eng_fnv1a64(ENG_FNV1A64_INIT, key, len);
+  for (uint32_t i = (uint32_t)h & m->mask;; i = (i + 1) & m->mask) {
+    uint32_t k = m->slot[i];
+    if (!k) return -1;
+    k--;
+    if (m->klen[k] == len && memcmp(m->pool + m->koff[k], key, len) == 0) return m->val[k];
+  }
+}
+
+int tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val) {
+  if (tok_strmap_get(m, key, len) >= 0) return ENG_OK;
+  if (2 * (m->n + 1) > m->mask + 1 && strmap_grow(m)) return ENG_ENOMEM;
+  if (m->n == m->cap) {
+    uint32_t cap = m->cap * 2;
+    uint32_t *koff = realloc(m->koff, cap * sizeof *koff);
+    if (!koff) return ENG_ENOMEM;
+    m->koff = koff;
+    uint32_t *klen = realloc(m->klen, cap * sizeof *klen);
+    if (!klen) return ENG_ENOMEM;
+    m->klen = klen;
+    int32_t *v = realloc(m->val, cap * sizeof *v);
+    if (!v) return ENG_ENOMEM;
+    m->val = v;
+    m->cap = cap;
+  }
+  if (m->pool_len + len + 1 > m->pool_cap) {
+    size_t cap = m->pool_cap ? m->pool_cap : 4096;
+    while (cap < m->pool_len + len + 1) cap *= 2;
+    char *p = realloc(m->pool, cap);
+    if (!p) return ENG_ENOMEM;
+    m->pool = p;
+    m->pool_cap = cap;
+  }
+  memcpy(m->pool + m->pool_len, key, len);
+  m->pool[m->pool_len + len] = '\0';
+  m->koff[m->n] = (uint32_t)m->pool_len;
+  m->klen[m->n] = (uint32_t)len;
+  m->val[m->n] = val;
+  m->pool_len += len + 1;
+  uint64_t h = eng_fnv1a64(ENG_FNV1A64_INIT, key, len);
+  uint32_t i = (uint32_t)h & m->mask;
+  while (m->slot[i]) i = (i + 1) & m->mask;
+  m->slot[i] = ++m->n;
+  return ENG_OK;
+}
+
+int tok_pieces_push(tok_pieces *ps, const char *p, size_t len, uint32_t off, int32_t added) {
+  if (ps->n == ps->cap) {
+    size_t cap = ps->cap ? 2 * ps->cap : 64;
+    tok_piece *v = realloc(ps->v, cap * sizeof *v);
+    if (!v) return ENG_ENOMEM;
+    ps->v = v;
+    ps->cap = cap;
+  }
+  ps->v[ps->n++] = (tok_piece){p, (uint32_t)len, off, UINT32_MAX, added};
+  return ENG_OK;
+}
+
+char *tok_arena_alloc(tok_arena *a, size_t n) {
+  if (a->n && a->used + n <= a->size) {
+    char *p = a->chunk[a->n - 1] + a->used;
+    a->used += n;
+    return p;
+  }
+  if (a->n == a->cap) {
+    size_t cap = a->cap ? 2 * a->cap : 8;
+    char **c = realloc(a->chunk, cap * sizeof *c);
+    if (!c) return NULL;
+    a->chunk = c;
+    a->cap = cap;
+  }
+  size_t size = n > 65536 ? n : 65536;
+  char *p = malloc(size);
+  if (!p) return NULL;
+  if (!a->n) a->first = size;
+  a->chunk[a->n++] = p;
+  a->size = size;
+  a->used = n;
+  return p;
+}
+
+void tok_arena_reset(tok_arena *a) {
+  // Keep the first chunk: most encodes fit in it.
+  for (size_t i = 1; i < a->n; i++) free(a->chunk[i]);
+  a->n = a->n ? 1 : 0;
+  a->size = a->n ? a->first : 0;
+  a->used = 0;
+}
+
+void tok_arena_free(tok_arena *a) {
+  for (size_t i = 0; i < a->n; i++) free(a->chunk[i]);
+  free(a->chunk);
+  memset(a, 0, sizeof *a);
+}
+
+int tok_ids_push(eng_tok_ids *v, int32_t id, uint32_t off) {
+  if (v->n == v->cap) {
+    size_t cap = v->cap ? 2 * v->cap : 256;
+    int32_t *ids = realloc(v->ids, cap * sizeof *ids);
+    if (!ids) return ENG_ENOMEM;
+    v->ids = ids;
+    uint32_t *o = realloc(v->off, cap * sizeof *o);
+    if (!o) return ENG_ENOMEM;
+    v->off = o;
+    v->cap = cap;
+  }
+  v->ids[v->n] = id;
+  v->off[v->n] = off;
+  v->n++;
+  return ENG_OK;
+}
+
+void eng_tok_ids_free(eng_tok_ids *v) {
+  free(v->ids);
+  free(v->off);
+  memset(v, 0, sizeof *v);
+}
