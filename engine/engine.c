@@ -436,7 +436,7 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
     eng_exec_update_arm(r->exec, &u);
   }
   eng_exec_result res;
-  rc = eng_exec_run(r->exec, ids, labels, 1, NULL, r->spec.cancel, &res, e);
+  rc = eng_exec_run(r->exec, ids, labels, NULL, 1, NULL, r->spec.cancel, &res, e);
   if (rc) return rc;
 
   double loss = res.count ? res.loss_sum / (double)res.count : NAN;
@@ -543,7 +543,7 @@ int eng_eval(eng_run *r, double *loss, eng_err *e) {
   for (int i = 0; !rc && i < r->spec.eval_batches; i++) {
     eng_exec_result res;
     rc = eng_data_next(r->eval, r->spec.batch, r->ids, r->labels, e);
-    if (!rc) rc = eng_exec_run(r->exec, r->ids, r->labels, 0, NULL, r->spec.cancel, &res, e);
+    if (!rc) rc = eng_exec_run(r->exec, r->ids, r->labels, NULL, 0, NULL, r->spec.cancel, &res, e);
     sum += res.loss_sum;
     count += res.count;
   }
@@ -556,7 +556,7 @@ int eng_debug_grads(eng_run *r, const int32_t *ids, const int32_t *labels, doubl
   int rc = check_tokens(r, ids, labels, e);
   if (rc) return rc;
   eng_exec_result res;
-  if ((rc = eng_exec_run(r->exec, ids, labels, 1, logits, r->spec.cancel, &res, e))) return rc;
+  if ((rc = eng_exec_run(r->exec, ids, labels, NULL, 1, logits, r->spec.cancel, &res, e))) return rc;
   eng_exec_quiesce(r->exec);
   *loss = res.count ? res.loss_sum / (double)res.count : NAN;
   return 0;

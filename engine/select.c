@@ -13,7 +13,7 @@ static int score_batch(eng_run *r, const int32_t *ids, const int32_t *labels, do
                        eng_err *e) {
   const int B = r->spec.batch, T = r->spec.seq_len;
   eng_exec_result res;
-  int rc = eng_exec_score(r->exec, ids, labels, mean, r->spec.cancel, &res, e);
+  int rc = eng_exec_score(r->exec, ids, labels, NULL, mean, r->spec.cancel, &res, e);
   if (rc) return rc;
   for (int b = 0; b < B; b++) {
     int n = 0;

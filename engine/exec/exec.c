@@ -764,17 +764,32 @@ static int abort_step(eng_exec *x, int rc, eng_err *e) {
     if (rc_) return abort_step(x, rc_, e);    \
   } while (0)
 
-int eng_exec_score(eng_exec *x, const int32_t *ids, const int32_t *labels, double *seq_loss, volatile int *cancel,
-                   eng_exec_result *res, eng_err *e) {
+int eng_exec_score(eng_exec *x, const int32_t *ids, const int32_t *labels, const int32_t *pos, double *seq_loss,
+                   volatile int *cancel, eng_exec_result *res, eng_err *e) {
   if (x->p.cuda)
     return eng_err_set(e, ENG_ENOTSUP, "scoring samples one by one runs on the cpu backend in this build");
   x->seq_loss = seq_loss;
-  int rc = eng_exec_run(x, ids, labels, 0, NULL, cancel, res, e);
+  int rc = eng_exec_run(x, ids, labels, pos, 0, NULL, cancel, res, e);
   x->seq_loss = NULL;
   return rc;
 }
 
-int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int backward,
+// Position ids keep exec.h's contract: the kernels read keys from a
+// query's position back, so a broken one would read outside its row.
+static int pos_check(const int32_t *pos, int B, int T, eng_err *e) {
+  for (int b = 0; pos && b < B; b++)
+    for (int t = 0; t < T; t++) {
+      int32_t p = pos[(size_t)b * T + t];
+      if (t == 0 && p != 0) return eng_err_set(e, ENG_EINVAL, "pos: row %d, token 0 has position %d, not 0", b, (int)p);
+      if (t > 0 && p != 0 && p != pos[(size_t)b * T + t - 1] + 1)
+        return eng_err_set(e, ENG_EINVAL, "pos: row %d, token %d has position %d after %d (a position is 0, "
+                           "starting a document, or one more than the one before)", b, t, (int)p,
+                           (int)pos[(size_t)b * T + t - 1]);
+    }
+  return 0;
+}
+
+int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, const int32_t *pos, int backward,
                  float *logits, volatile int *cancel, eng_exec_result *res, eng_err *e) {
   eng_model *m = x->m;
   const eng_layout *lo = &m->lo;
@@ -784,6 +799,9 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   if (logits && !x->ops->logits)
     return eng_err_set(e, ENG_ENOTSUP, "the %s backend does not hand back logits (the cpu backend does)",
                        x->dev->name);
+  int rc = pos_check(pos, B, T, e);
+  if (rc) return rc;
+  x->pos = pos;
 
   // Labels are aligned with ids (transformers): position t predicts labels[t+1].
   for (int b = 0; b < B; b++)
@@ -814,7 +832,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
     const void *w = sched_acquire(x, l + 1, &res->t_wait);
     double tc = eng_now();
     for (int i = 0; i < nmb; i++)
-      STEP_TRY(x->ops->layer_fwd(x, l, w, mbrow(x, cur, i), mbrow(x, nxt, i), exec_acts_index(x, l, i), e));
+      STEP_TRY(x->ops->layer_fwd(x, l, w, mbrow(x, cur, i), mbrow(x, nxt, i), i, exec_acts_index(x, l, i), e));
     span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "F", l);
     sched_release(x);
     if (backward) STEP_TRY(win_end(x, exec_win_fwd(l), cur, e));
@@ -871,7 +889,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
       const void *in = l == cb ? xin0 : pool[rcb[l]];
       double tc = eng_now();
       for (int i = 0; i < nmb; i++)
-        STEP_TRY(x->ops->layer_fwd(x, l, w, mbrow(x, in, i), mbrow(x, pool[rcb[l + 1]], i), 0, e));
+        STEP_TRY(x->ops->layer_fwd(x, l, w, mbrow(x, in, i), mbrow(x, pool[rcb[l + 1]], i), i, 0, e));
       span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "R", l);
       sched_release(x);
       res->refwd_layers++;
@@ -887,8 +905,8 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
       for (int i = 0; i < nmb; i++) {
         const void *xi = mbrow(x, in, i);
         int a = exec_acts_index(x, l, i);
-        if (!x->keep[l]) STEP_TRY(x->ops->layer_fwd(x, l, w, xi, x->ybuf, a, e)); // recompute the layer's inside
-        STEP_TRY(x->ops->layer_bwd(x, l, w, g, xi, a, mbrow(x, dy, i), mbrow(x, dx, i), e));
+        if (!x->keep[l]) STEP_TRY(x->ops->layer_fwd(x, l, w, xi, x->ybuf, i, a, e)); // recompute the layer's inside
+        STEP_TRY(x->ops->layer_bwd(x, l, w, g, xi, i, a, mbrow(x, dy, i), mbrow(x, dx, i), e));
       }
       res->refwd_layers += !x->keep[l];
       span_add(x, ENG_SPAN_COMPUTE, tc, eng_now(), "B", l);
@@ -908,10 +926,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int bac
   eng_worker_drain(&x->copy_out);
   if (lo->lm_head.numel) eng_model_embed_grad_reset(m);
   STEP_TRY(x->ops->embed_bwd(x, dy, ids, e));
-  if (x->spills) {
-    int rc = x->p.spill->act_drop(x->p.spill->ctx, x->runs, e);
-    if (rc) return rc;
-  }
+  if (x->spills && (rc = x->p.spill->act_drop(x->p.spill->ctx, x->runs, e))) return rc;
   x->sumsq[0] = eng_k_sumsq(m->shards[0].g, eng_model_embed_grad_floats(m));
   STEP_TRY(x->ops->end(x, res, 1, e));
   armed_finish(x, 1);

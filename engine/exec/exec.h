@@ -115,13 +115,22 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
 // the model's gradient store holds the batch's gradients. Polls *cancel once
 // per layer (ENG_ECANCEL). On the cuda backend, call it from one thread at a
 // time (that thread launches the kernels).
-int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, int backward,
+//
+// pos: position ids, [batch][seq_len] like ids, or NULL for 0..seq_len-1 in
+// every row. Several documents may be packed in a row: pos[b][0] is 0, and
+// pos[b][t] is 0 where a document starts at t, else pos[b][t-1] + 1
+// (ENG_EINVAL otherwise). Each token's RoPE angle is its position, and it
+// attends only to the tokens of its own document up to itself, so a packed
+// row computes what its documents would one by one. The loss is not told:
+// the caller masks the label of each document's first token (-100), which
+// would otherwise be predicted from the previous document's last token.
+int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, const int32_t *pos, int backward,
                  float *logits, volatile int *cancel, eng_exec_result *res, eng_err *e);
 // A forward without the loss's backward that also hands back each
 // sequence's loss sum (seq_loss[batch]: over its counted targets), for
-// scoring samples. The cpu backend; ENG_ENOTSUP on a GPU.
-int eng_exec_score(eng_exec *x, const int32_t *ids, const int32_t *labels, double *seq_loss, volatile int *cancel,
-                   eng_exec_result *res, eng_err *e);
+// scoring samples; pos as eng_exec_run's. The cpu backend; ENG_ENOTSUP on a GPU.
+int eng_exec_score(eng_exec *x, const int32_t *ids, const int32_t *labels, const int32_t *pos, double *seq_loss,
+                   volatile int *cancel, eng_exec_result *res, eng_err *e);
 
 // Launches an update round on the optimizer worker (embedding, layers, head)
 // and returns at once; the next eng_exec_run waits per shard.

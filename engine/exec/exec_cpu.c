@@ -199,24 +199,30 @@ static int cpu_copy(eng_exec *x, void *dst, const void *src, size_t bytes, eng_e
   return 0;
 }
 
-static int cpu_layer_fwd(eng_exec *x, int layer, const void *w, const void *in, void *out, int acts, eng_err *e) {
+// Micro-batch i's rows of the run's position ids (NULL: none given).
+static const int32_t *mb_pos(const eng_exec *x, int i) {
+  return x->pos ? x->pos + (size_t)i * x->mb * x->p.seq_len : NULL;
+}
+
+static int cpu_layer_fwd(eng_exec *x, int layer, const void *w, const void *in, void *out, int i, int acts,
+                         eng_err *e) {
   (void)e;
   cpu_state *s = x->be;
   eng_poet_layer pl;
   if (x->p.poet_block) poet_view(x, layer, 0, &pl);
-  eng_layer_fwd(&x->m->cfg, &x->m->lo, w, in, out, x->mb, x->p.seq_len, &s->acts[acts],
+  eng_layer_fwd(&x->m->cfg, &x->m->lo, w, in, out, mb_pos(x, i), x->mb, x->p.seq_len, &s->acts[acts],
                 x->p.poet_block ? &pl : NULL);
   return 0;
 }
 
-static int cpu_layer_bwd(eng_exec *x, int layer, const void *w, float *g, const void *in, int acts, const void *dy,
-                         void *dx, eng_err *e) {
+static int cpu_layer_bwd(eng_exec *x, int layer, const void *w, float *g, const void *in, int i, int acts,
+                         const void *dy, void *dx, eng_err *e) {
   (void)e;
   cpu_state *s = x->be;
   eng_poet_layer pl;
   if (x->p.poet_block) poet_view(x, layer, 1, &pl);
-  eng_layer_bwd(&x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, x->mb, x->p.seq_len, &s->scratch,
-                x->p.poet_block ? &pl : NULL);
+  eng_layer_bwd(&x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, mb_pos(x, i), x->mb, x->p.seq_len,
+                &s->scratch, x->p.poet_block ? &pl : NULL);
   return 0;
 }
 

@@ -33,6 +33,7 @@ typedef struct cuda_own {
   double *sumsq;      // [n_shards] Σ g² of each finished shard
   double *loss;       // Σ cross-entropy of the run
   int32_t *targets;   // [B*T] the run's targets
+  int32_t *pos;       // [B*T] the run's position ids, when it has them
 } cuda_own;
 
 // One function both sizes (base NULL) and binds the own region; every
@@ -47,6 +48,7 @@ static size_t own_layout(cuda_own *o, char *base, const eng_config *c, const eng
   o->sumsq = eng_cuda_carve_take(&cv, (size_t)lo.n_shards * sizeof(double));
   o->loss = eng_cuda_carve_take(&cv, sizeof(double));
   o->targets = eng_cuda_carve_take(&cv, (size_t)p->batch * p->seq_len * sizeof(int32_t));
+  o->pos = eng_cuda_carve_take(&cv, (size_t)p->batch * p->seq_len * sizeof(int32_t));
   return cv.off;
 }
 
@@ -208,7 +210,8 @@ static void cuda_grad_out(eng_exec *x, int slot, int shard) {
 // ---- the step ------------------------------------------------------------------
 
 // Boundary 0: rows of the embedding's bf16 working copy, gathered on the
-// host, cross as B*T*d values (the table never does); then the targets.
+// host, cross as B*T*d values (the table never does); then the targets and
+// the position ids.
 static int cuda_begin(eng_exec *x, const int32_t *ids, eng_err *e) {
   cuda_state *s = x->be;
   const int n = x->p.batch * x->p.seq_len;
@@ -221,6 +224,7 @@ static int cuda_begin(eng_exec *x, const int32_t *ids, eng_err *e) {
   for (int i = 0; i < n; i++) memcpy(rows + (size_t)i * d, table + (size_t)ids[i] * d, d * sizeof(uint16_t));
   x->dev->ops->copy_in(x->dev, x->xa, rows, x->bnd_bytes);
   x->dev->ops->copy_in(x->dev, s->own.targets, x->targets, (size_t)n * sizeof(int32_t));
+  if (x->pos) x->dev->ops->copy_in(x->dev, s->own.pos, x->pos, (size_t)n * sizeof(int32_t));
   return eng_cuda_zero(s->own.loss, sizeof(double), s->st, e);
 }
 
@@ -229,18 +233,26 @@ static int cuda_copy(eng_exec *x, void *dst, const void *src, size_t bytes, eng_
   return eng_cuda_copy(dst, src, bytes, s->st, e);
 }
 
-static int cuda_layer_fwd(eng_exec *x, int layer, const void *w, const void *in, void *out, int acts, eng_err *e) {
-  (void)layer;
-  cuda_state *s = x->be;
-  return eng_cuda_layer_fwd(s->cx, &x->m->cfg, &x->m->lo, w, in, out, x->mb, x->p.seq_len, &s->acts[acts], e);
+// Micro-batch i's rows of the position ids on the device (NULL: the run has none).
+static const int32_t *mb_pos(const eng_exec *x, int i) {
+  const cuda_state *s = x->be;
+  return x->pos ? s->own.pos + (size_t)i * x->mb * x->p.seq_len : NULL;
 }
 
-static int cuda_layer_bwd(eng_exec *x, int layer, const void *w, float *g, const void *in, int acts, const void *dy,
-                          void *dx, eng_err *e) {
+static int cuda_layer_fwd(eng_exec *x, int layer, const void *w, const void *in, void *out, int i, int acts,
+                          eng_err *e) {
   (void)layer;
   cuda_state *s = x->be;
-  return eng_cuda_layer_bwd(s->cx, &x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, x->mb, x->p.seq_len,
-                            &s->scratch, e);
+  return eng_cuda_layer_fwd(s->cx, &x->m->cfg, &x->m->lo, w, in, out, mb_pos(x, i), x->mb, x->p.seq_len,
+                            &s->acts[acts], e);
+}
+
+static int cuda_layer_bwd(eng_exec *x, int layer, const void *w, float *g, const void *in, int i, int acts,
+                          const void *dy, void *dx, eng_err *e) {
+  (void)layer;
+  cuda_state *s = x->be;
+  return eng_cuda_layer_bwd(s->cx, &x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, mb_pos(x, i), x->mb,
+                            x->p.seq_len, &s->scratch, e);
 }
 
 // The loss stays on the device (own.loss) until end; logits were refused

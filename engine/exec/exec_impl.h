@@ -101,6 +101,7 @@ struct eng_exec {
   void *h_scratch;
   void *own;            // the backend's own buffers (z.own bytes)
   int32_t *targets;     // [B*T] shifted labels (host)
+  const int32_t *pos;   // the run's position ids [B*T] (the caller's, host), or NULL
   double *seq_loss;     // eng_exec_score's run: each sequence's loss sum, [B]; else NULL
   void **ckpt_host;     // [L] host copies of the boundaries placed in host memory
   void *stage;          // the cuda backend's host rows (token ids in, dX of boundary 0 out)
@@ -185,9 +186,10 @@ struct exec_ops {
   void (*slot_free)(eng_exec *x, int slot);
   void (*grad_out)(eng_exec *x, int slot, int shard);
 
-  // The step. begin: boundary 0 of ids into x->xa, the run's targets where
-  // the head reads them. copy: arena to arena. layer_fwd / layer_bwd: one
-  // micro-batch through a layer with activations `acts` (exec_acts_index),
+  // The step. begin: boundary 0 of ids into x->xa, the run's targets and
+  // position ids (x->pos) where the head and the layers read them. copy:
+  // arena to arena. layer_fwd / layer_bwd: micro-batch i through a layer
+  // with activations `acts` (exec_acts_index), its rows of the position ids,
   // gradients added into g. head: micro-batch i through the final norm and
   // the fused head and loss, the loss added to *loss_sum (the cpu) or kept on
   // the device until end; with g, its gradients into g and dx. grad_zero /
@@ -197,9 +199,9 @@ struct exec_ops {
   // and the device's errors. abort: waits for the device after a failure.
   int (*begin)(eng_exec *x, const int32_t *ids, eng_err *e);
   int (*copy)(eng_exec *x, void *dst, const void *src, size_t bytes, eng_err *e);
-  int (*layer_fwd)(eng_exec *x, int layer, const void *w, const void *in, void *out, int acts, eng_err *e);
-  int (*layer_bwd)(eng_exec *x, int layer, const void *w, float *g, const void *in, int acts, const void *dy,
-                   void *dx, eng_err *e);
+  int (*layer_fwd)(eng_exec *x, int layer, const void *w, const void *in, void *out, int i, int acts, eng_err *e);
+  int (*layer_bwd)(eng_exec *x, int layer, const void *w, float *g, const void *in, int i, int acts,
+                   const void *dy, void *dx, eng_err *e);
   int (*head)(eng_exec *x, const void *w, float *g, const void *xl, void *dx, int i, float *logits, float scale,
               double *loss_sum, eng_err *e);
   int (*grad_zero)(eng_exec *x, int slot, size_t floats, eng_err *e);

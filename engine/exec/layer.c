@@ -146,7 +146,7 @@ static void poet_bwd(const eng_poet_layer *pl, int k, const eng_layout *lo, cons
 }
 
 void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, const float *x,
-                   float *y, int B, int T, eng_layer_acts *a, const eng_poet_layer *poet) {
+                   float *y, const int32_t *pos, int B, int T, eng_layer_acts *a, const eng_poet_layer *poet) {
   const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
   const int qd = H * hd, kvd = KV * hd, qkvd = qd + 2 * kvd, ff = c->d_ff;
 
@@ -163,9 +163,9 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
     eng_k_headnorm_fwd(a->q, a->ldq, a->rstdq, a->qkv, qkvd, W(ENG_P_QNORM), n, H, hd, c->rms_eps);
     eng_k_headnorm_fwd(a->k, a->ldk, a->rstdk, a->qkv + qd, qkvd, W(ENG_P_KNORM), n, KV, hd, c->rms_eps);
   }
-  eng_k_rope_fwd(a->q, a->ldq, B, T, H, hd, c->rope_theta);
-  eng_k_rope_fwd(a->k, a->ldk, B, T, KV, hd, c->rope_theta);
-  eng_k_attention_fwd(a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv, B, T, H, KV, hd);
+  eng_k_rope_fwd(a->q, a->ldq, pos, B, T, H, hd, c->rope_theta);
+  eng_k_rope_fwd(a->k, a->ldk, pos, B, T, KV, hd, c->rope_theta);
+  eng_k_attention_fwd(a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv, pos, B, T, H, KV, hd);
   // o projection lands in y; its rows become xmid = x + y and the MLP norm.
   rows_ctx rc = {c, x, W(ENG_P_MLP_NORM), y, a, NULL, NULL};
   if (poet) { // the chains, then the same row epilogues over all rows
@@ -187,7 +187,7 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
 
 void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, float *dw,
                    const float *x, const eng_layer_acts *a, const float *dy, float *dx,
-                   int B, int T, eng_layer_scratch *s, const eng_poet_layer *poet) {
+                   const int32_t *pos, int B, int T, eng_layer_scratch *s, const eng_poet_layer *poet) {
   const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
   const int qd = H * hd, kvd = KV * hd, qkvd = qd + 2 * kvd, ff = c->d_ff;
 
@@ -210,9 +210,9 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
   if (poet) poet_bwd(poet, ENG_POET_O, lo, w, n, a->att, qd, s->dxmid, d, s->datt, qd, 0, a);
   else eng_k_linear_bwd(s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0);
   eng_k_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv,
-                      B, T, H, KV, hd);
-  eng_k_rope_bwd(s->dq, a->ldq, B, T, H, hd, c->rope_theta);
-  eng_k_rope_bwd(s->dk, a->ldk, B, T, KV, hd, c->rope_theta);
+                      pos, B, T, H, KV, hd);
+  eng_k_rope_bwd(s->dq, a->ldq, pos, B, T, H, hd, c->rope_theta);
+  eng_k_rope_bwd(s->dk, a->ldk, pos, B, T, KV, hd, c->rope_theta);
   if (c->qk_norm) { // back through the per-head norms, into the fused gradient
     eng_k_headnorm_bwd(s->dqkv, DW(ENG_P_QNORM), s->dq, qd, a->qkv, qkvd, W(ENG_P_QNORM), a->rstdq, n, H, hd);
     eng_k_headnorm_bwd(s->dqkv + qd, DW(ENG_P_KNORM), s->dk, kvd, a->qkv + qd, qkvd, W(ENG_P_KNORM), a->rstdk, n,

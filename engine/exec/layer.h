@@ -13,6 +13,8 @@
 #ifndef ENG_EXEC_LAYER_H
 #define ENG_EXEC_LAYER_H
 
+#include <stdint.h>
+
 #include "backend/backend.h"
 #include "model/layout.h"
 #include "poet/poet.h"
@@ -53,14 +55,17 @@ size_t eng_layer_scratch_floats(const eng_config *c, int B, int T);
 void eng_layer_acts_bind(eng_layer_acts *a, float *buf, const eng_config *c, int B, int T);
 void eng_layer_scratch_bind(eng_layer_scratch *s, float *buf, const eng_config *c, int B, int T);
 
-// y = layer(x) for B sequences of T tokens; w is the layer shard.
+// y = layer(x) for B sequences of T tokens; w is the layer shard. pos: the
+// tokens' position ids, [B][T] (kernels.h: documents packed in a row attend
+// only within themselves), or NULL for 0..T-1 in every row.
 void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, const float *x,
-                   float *y, int B, int T, eng_layer_acts *a, const eng_poet_layer *poet);
+                   float *y, const int32_t *pos, int B, int T, eng_layer_acts *a, const eng_poet_layer *poet);
 
-// Given acts from eng_layer_fwd on the same x, dy -> dx (written) and the
-// layer's weight gradients accumulated into dw (the layer's gradient shard).
+// Given acts from eng_layer_fwd on the same x and pos, dy -> dx (written)
+// and the layer's weight gradients accumulated into dw (the layer's
+// gradient shard).
 void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, float *dw,
                    const float *x, const eng_layer_acts *a, const float *dy, float *dx,
-                   int B, int T, eng_layer_scratch *s, const eng_poet_layer *poet);
+                   const int32_t *pos, int B, int T, eng_layer_scratch *s, const eng_poet_layer *poet);
 
 #endif

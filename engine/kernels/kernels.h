@@ -64,12 +64,18 @@ void eng_k_headnorm_fwd(float *y, int ldy, float *rstd, const float *x, int ldx,
 void eng_k_headnorm_bwd(float *dx, float *dw, const float *dy, int ldy, const float *x, int ldx, const float *w,
                         const float *rstd, int n, int heads, int hd);
 
+// Position ids of packed sequences (rope and attention): pos is [B][T]
+// row-major, or NULL for 0..T-1 in every row. pos[b][0] == 0, and for t > 0
+// pos[b][t] is 0 (a new document starts at t) or pos[b][t-1] + 1, so the
+// documents of a row are implied by pos alone. NULL computes exactly what
+// pos = 0..T-1 does.
+//
 // Rotary embedding in place on x[B*T, heads, hd] whose rows (tokens) are ld
-// floats apart (ld >= heads*hd), position = row % T, the rotate-half
-// convention of Llama/Qwen: pairs (i, i + hd/2), inv_freq[i] =
-// theta^(-2i/hd). bwd applies the inverse rotation to dx.
-void eng_k_rope_fwd(float *x, int ld, int B, int T, int heads, int hd, float theta);
-void eng_k_rope_bwd(float *dx, int ld, int B, int T, int heads, int hd, float theta);
+// floats apart (ld >= heads*hd), row t of batch b at position pos[b][t],
+// the rotate-half convention of Llama/Qwen: pairs (i, i + hd/2),
+// inv_freq[i] = theta^(-2i/hd). bwd applies the inverse rotation to dx.
+void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta);
+void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta);
 
 // Largest head dim of the attention and rope kernels (their tile buffers live
 // on the stack); a model config with a larger head_dim must be refused.
@@ -79,15 +85,19 @@ void eng_k_rope_bwd(float *dx, int ld, int B, int T, int heads, int hd, float th
 // O(T·hd) per head and never O(T²). q [B,T,H,hd], k/v [B,T,KV,hd] whose rows
 // (tokens) are ldq, ldk, ldv floats apart (they may be views into one fused
 // q|k|v row); query head h reads kv head h / (H/KV). scale = 1/sqrt(hd).
+// Query t of row b attends keys t - pos[b][t] <= s <= t: causal within its
+// document, never across a boundary (pos as above; NULL: every s <= t). Key
+// tiles wholly before a query tile's first document start are skipped.
 // out [B,T,H,hd] (rows H·hd apart), lse [B,H,T] (natural log of the softmax
 // denominator, scale included).
 void eng_k_attention_fwd(float *out, float *lse, const float *q, int ldq, const float *k, int ldk, const float *v,
-                         int ldv, int B, int T, int H, int KV, int hd);
+                         int ldv, const int32_t *pos, int B, int T, int H, int KV, int hd);
 // Writes dq, dk and dv laid out like q, k and v (overwritten, not
-// accumulated; the floats between their rows are left alone).
+// accumulated; the floats between their rows are left alone); pos as the
+// forward's, so a key's dk/dv sum over the queries of its own document.
 void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                         const float *q, int ldq, const float *k, int ldk, const float *v, int ldv, int B, int T,
-                         int H, int KV, int hd);
+                         const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
+                         const int32_t *pos, int B, int T, int H, int KV, int hd);
 
 // h[n,ff] = silu(gate) * up where each row of gu[n,2ff] is gate then up (the
 // output of the stacked [gate; up] projection); bwd writes dgu in that layout.

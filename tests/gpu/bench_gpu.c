@@ -277,7 +277,7 @@ int main(void) {
       for (int i = 0; i < B / MB; i++) {
         const eng_bf16 *xin = b.x + ((size_t)l * n + (size_t)i * nm) * d;
         eng_bf16 *xout = b.x + ((size_t)(l + 1) * n + (size_t)i * nm) * d;
-        OK(eng_cuda_layer_fwd(cx, &c, &lo, b.wslot[k], xin, xout, MB, T, &acts, &err));
+        OK(eng_cuda_layer_fwd(cx, &c, &lo, b.wslot[k], xin, xout, NULL, MB, T, &acts, &err));
       }
       CU(cudaEventRecord(s.wfree[k], s.cs));
       // Next in the schedule for this slot: layer l+2, or the backward's first ones.
@@ -311,8 +311,8 @@ int main(void) {
       for (int i = 0; i < B / MB; i++) {
         size_t o = (size_t)i * nm * d;
         const eng_bf16 *xin = b.x + (size_t)l * n * d + o;
-        OK(eng_cuda_layer_fwd(cx, &c, &lo, b.wslot[j], xin, b.ybuf, MB, T, &acts, &err));
-        OK(eng_cuda_layer_bwd(cx, &c, &lo, b.wslot[j], b.gacc[k], xin, &acts, dy + o, dx + o, MB, T, &scr, &err));
+        OK(eng_cuda_layer_fwd(cx, &c, &lo, b.wslot[j], xin, b.ybuf, NULL, MB, T, &acts, &err));
+        OK(eng_cuda_layer_bwd(cx, &c, &lo, b.wslot[j], b.gacc[k], xin, &acts, dy + o, dx + o, NULL, MB, T, &scr, &err));
       }
       CU(cudaEventRecord(s.wfree[j], s.cs));
       int e_next = L + (L - 1 - l) + 2; // the schedule entry that reuses slot j

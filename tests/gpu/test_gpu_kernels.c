@@ -2,7 +2,8 @@
 // math) or against a double-precision reference where the cpu kernel needs
 // OpenBLAS (linear, head loss), on bf16 inputs, so both sides read the same
 // numbers. Sizes are odd on purpose: rows that are not a multiple of a warp,
-// sequences that end inside a 64-row tile, grouped kv heads, head dims of
+// sequences that end inside a 64-row tile, packed rows (documents whose
+// position ids restart inside tiles), grouped kv heads, head dims of
 // 16, 64 and 128, vector and scalar paths. Tolerances are stated per check:
 // multiples of bf16's epsilon (2^-7) for bf16 outputs, absolute numbers for
 // fp32 ones; "exact" means bit for bit.
@@ -108,29 +109,46 @@ static void check_rmsnorm_shape(int n, int d) {
   free(gy), free(dx), free(dw), free(gdx), free(gdw);
 }
 
+// Position ids of packed rows (kernels.h): documents of random lengths
+// from 1 to 150 tokens (a few shorter than 4) restart at 0, so tiles of 64
+// hold several starts and some documents span tiles; NULL when !packed.
+static int32_t *packed_pos(int B, int T, int packed) {
+  if (!packed) return NULL;
+  int32_t *pos = malloc((size_t)B * T * sizeof *pos);
+  CHECK(pos, "out of memory");
+  for (int b = 0; b < B; b++)
+    for (int t = 0, p = 0, len = 0; t < T; t++, p++) {
+      if (p == len) p = 0, len = gpu_irand(4) == 0 ? 1 + gpu_irand(3) : 1 + gpu_irand(150);
+      pos[(size_t)b * T + t] = p;
+    }
+  return pos;
+}
+
 // ---- RoPE --------------------------------------------------------------------------
 
-static void check_rope(int B, int T, int heads, int hd, float theta) {
-  printf("rope B=%d T=%d heads=%d hd=%d theta=%g\n", B, T, heads, hd, theta);
+static void check_rope(int B, int T, int heads, int hd, float theta, int packed) {
+  printf("rope B=%d T=%d heads=%d hd=%d theta=%g%s\n", B, T, heads, hd, theta, packed ? " packed" : "");
   size_t n = (size_t)B * T * heads * hd;
   float *x = frand_n(n, 2.0f);
   uint16_t *xh = bf16_round(x, n);
   void *dx = dev_from(xh, n * 2);
-  K_OK(eng_cuda_rope_fwd(dx, B, T, heads, hd, theta, st, &err));
+  int32_t *pos = packed_pos(B, T, packed);
+  int32_t *dpos = pos ? dev_from(pos, (size_t)B * T * sizeof *pos) : NULL;
+  K_OK(eng_cuda_rope_fwd(dx, dpos, B, T, heads, hd, theta, st, &err));
   float *ref = malloc(n * 4);
   memcpy(ref, x, n * 4);
-  eng_k_rope_fwd(ref, heads * hd, B, T, heads, hd, theta);
+  eng_k_rope_fwd(ref, heads * hd, pos, B, T, heads, hd, theta);
   float *g = dev_bf16_to_host(dx, n);
   // sinf/cosf may differ by an ulp, which can move a rounding by one bf16 step.
   rel_err_f("fwd (1 eps)", g, ref, n, BF16_EPS);
   to_dev(dx, xh, n * 2);
-  K_OK(eng_cuda_rope_bwd(dx, B, T, heads, hd, theta, st, &err));
+  K_OK(eng_cuda_rope_bwd(dx, dpos, B, T, heads, hd, theta, st, &err));
   memcpy(ref, x, n * 4);
-  eng_k_rope_bwd(ref, heads * hd, B, T, heads, hd, theta);
+  eng_k_rope_bwd(ref, heads * hd, pos, B, T, heads, hd, theta);
   free(g);
   g = dev_bf16_to_host(dx, n);
   rel_err_f("bwd (1 eps)", g, ref, n, BF16_EPS);
-  cudaFree(dx), free(x), free(xh), free(ref), free(g);
+  cudaFree(dx), cudaFree(dpos), free(x), free(xh), free(ref), free(g), free(pos);
 }
 
 // ---- SwiGLU -----------------------------------------------------------------------
@@ -250,16 +268,18 @@ static void check_linear(int n, int in, int out) {
 
 // ---- attention ---------------------------------------------------------------------
 
-static void check_attention(int B, int T, int H, int KV, int hd) {
-  printf("attention B=%d T=%d H=%d KV=%d hd=%d\n", B, T, H, KV, hd);
+static void check_attention(int B, int T, int H, int KV, int hd, int packed) {
+  printf("attention B=%d T=%d H=%d KV=%d hd=%d%s\n", B, T, H, KV, hd, packed ? " packed" : "");
+  int32_t *pos = packed_pos(B, T, packed);
+  int32_t *dpos = pos ? dev_from(pos, (size_t)B * T * sizeof *pos) : NULL;
   size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nl = (size_t)B * H * T;
   float *q = frand_n(nq, 1.0f), *k = frand_n(nk, 1.0f), *v = frand_n(nk, 1.0f), *dout = frand_n(nq, 1.0f);
   uint16_t *qh = bf16_round(q, nq), *kh = bf16_round(k, nk), *vh = bf16_round(v, nk), *doh = bf16_round(dout, nq);
   void *dQ = dev_from(qh, nq * 2), *dK = dev_from(kh, nk * 2), *dV = dev_from(vh, nk * 2), *dO = dev_alloc(nq * 2);
   float *dL = dev_alloc(nl * 4);
-  K_OK(eng_cuda_attention_fwd(dO, dL, dQ, dK, dV, B, T, H, KV, hd, st, &err));
+  K_OK(eng_cuda_attention_fwd(dO, dL, dQ, dK, dV, dpos, B, T, H, KV, hd, st, &err));
   float *ro = malloc(nq * 4), *rl = malloc(nl * 4);
-  eng_k_attention_fwd(ro, rl, q, H * hd, k, KV * hd, v, KV * hd, B, T, H, KV, hd);
+  eng_k_attention_fwd(ro, rl, q, H * hd, k, KV * hd, v, KV * hd, pos, B, T, H, KV, hd);
   float *go = dev_bf16_to_host(dO, nq), *gl = dev_f32_to_host(dL, nl);
   // P is rounded to bf16 before P·V (half an eps per term), then the output.
   rel_err_f("out (2 eps)", go, ro, nq, 2 * BF16_EPS);
@@ -267,23 +287,23 @@ static void check_attention(int B, int T, int H, int KV, int hd) {
 
   void *dDO = dev_from(doh, nq * 2), *dDQ = dev_alloc(nq * 2), *dDK = dev_alloc(nk * 2), *dDV = dev_alloc(nk * 2);
   void *scratch = dev_alloc(eng_cuda_attention_bwd_scratch_bytes(B, T, H));
-  K_OK(eng_cuda_attention_bwd(dDQ, dDK, dDV, dDO, dO, dL, dQ, dK, dV, B, T, H, KV, hd, scratch, st, &err));
+  K_OK(eng_cuda_attention_bwd(dDQ, dDK, dDV, dDO, dO, dL, dQ, dK, dV, dpos, B, T, H, KV, hd, scratch, st, &err));
   // The cpu backward from the GPU's own out and lse, so only the backward differs.
   float *rq = malloc(nq * 4), *rk = malloc(nk * 4), *rv = malloc(nk * 4);
-  eng_k_attention_bwd(rq, rk, rv, dout, go, gl, q, H * hd, k, KV * hd, v, KV * hd, B, T, H, KV, hd);
+  eng_k_attention_bwd(rq, rk, rv, dout, go, gl, q, H * hd, k, KV * hd, v, KV * hd, pos, B, T, H, KV, hd);
   float *gq = dev_bf16_to_host(dDQ, nq), *gk = dev_bf16_to_host(dDK, nk), *gv = dev_bf16_to_host(dDV, nk);
   // P and dS are rounded to bf16 before their products.
   rel_err_f("dq (4 eps)", gq, rq, nq, 4 * BF16_EPS);
   rel_err_f("dk (4 eps)", gk, rk, nk, 4 * BF16_EPS);
   rel_err_f("dv (4 eps)", gv, rv, nk, 4 * BF16_EPS);
   // No atomics: a second run gives the same bits.
-  K_OK(eng_cuda_attention_bwd(dDQ, dDK, dDV, dDO, dO, dL, dQ, dK, dV, B, T, H, KV, hd, scratch, st, &err));
+  K_OK(eng_cuda_attention_bwd(dDQ, dDK, dDV, dDO, dO, dL, dQ, dK, dV, dpos, B, T, H, KV, hd, scratch, st, &err));
   float *gk2 = dev_bf16_to_host(dDK, nk);
   expect_same_f32("dk again", gk2, gk, nk);
   cudaFree(dQ), cudaFree(dK), cudaFree(dV), cudaFree(dO), cudaFree(dL), cudaFree(dDO), cudaFree(dDQ);
-  cudaFree(dDK), cudaFree(dDV), cudaFree(scratch);
+  cudaFree(dDK), cudaFree(dDV), cudaFree(scratch), cudaFree(dpos);
   free(q), free(k), free(v), free(dout), free(qh), free(kh), free(vh), free(doh), free(ro), free(rl), free(go);
-  free(gl), free(rq), free(rk), free(rv), free(gq), free(gk), free(gv), free(gk2);
+  free(gl), free(rq), free(rk), free(rv), free(gq), free(gk), free(gv), free(gk2), free(pos);
 }
 
 // ---- head loss ------------------------------------------------------------------------
@@ -389,16 +409,18 @@ int main(void) {
   check_convert();
   check_rmsnorm_shape(150, 200);
   check_rmsnorm_shape(2 * 77 * 4, 64); // the per-head q norm of Qwen3
-  check_rope(2, 77, 4, 64, 10000.0f);
-  check_rope(1, 300, 2, 128, 1e6f);
+  check_rope(2, 77, 4, 64, 10000.0f, 0);
+  check_rope(1, 300, 2, 128, 1e6f, 0);
+  check_rope(2, 300, 3, 64, 10000.0f, 1);
   check_swiglu(100003, 0);
   check_swiglu(1001, 1);
   check_embed();
   check_linear(150, 96, 80);
   check_linear(77, 64, 176);
-  check_attention(2, 77, 4, 2, 64);
-  check_attention(1, 130, 4, 1, 128);
-  check_attention(2, 64, 2, 2, 16);
+  check_attention(2, 77, 4, 2, 64, 0);
+  check_attention(1, 130, 4, 1, 128, 0);
+  check_attention(2, 64, 2, 2, 16, 0);
+  check_attention(3, 333, 4, 2, 64, 1);
   check_head_loss(150, 64, 1000);
   check_grad_finish(3 * 4096 + 123);
   check_grad_finish(1000003);

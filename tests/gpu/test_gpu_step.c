@@ -162,8 +162,8 @@ static void run_fixture(const char *name) {
   // The step.
   K_OK(eng_cuda_embed_fwd(x, d_emb, d_ids, n, d, V, st, &err));
   for (int l = 0; l < L; l++)
-    K_OK(eng_cuda_layer_fwd(cx, &c, &lo, d_layer[l], x + (size_t)l * n * d, x + (size_t)(l + 1) * n * d, B, T,
-                            &acts[l], &err));
+    K_OK(eng_cuda_layer_fwd(cx, &c, &lo, d_layer[l], x + (size_t)l * n * d, x + (size_t)(l + 1) * n * d, NULL, B,
+                            T, &acts[l], &err));
   const eng_bf16 *xl = x + (size_t)L * n * d;
   K_OK(eng_cuda_rmsnorm_fwd(hn, hrstd, xl, d_fnorm, n, d, c.rms_eps, st, &err));
   K_OK(eng_cuda_head_loss(cx, dh, g_wmat, logits, loss_sum, hn, d_wmat, d_targets, n, d, V, 1.0f / (float)count,
@@ -171,8 +171,8 @@ static void run_fixture(const char *name) {
   K_OK(eng_cuda_rmsnorm_bwd(cx, dxa, g_head + lo.final_norm.off, dh, xl, d_fnorm, hrstd, n, d, 0, &err));
   eng_bf16 *dy = dxa, *dx = dxb;
   for (int l = L - 1; l >= 0; l--) {
-    K_OK(eng_cuda_layer_bwd(cx, &c, &lo, d_layer[l], g_layer[l], x + (size_t)l * n * d, &acts[l], dy, dx, B, T, &scr,
-                            &err));
+    K_OK(eng_cuda_layer_bwd(cx, &c, &lo, d_layer[l], g_layer[l], x + (size_t)l * n * d, &acts[l], dy, dx, NULL, B, T,
+                            &scr, &err));
     eng_bf16 *t = dy;
     dy = dx, dx = t;
   }

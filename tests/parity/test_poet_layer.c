@@ -88,11 +88,11 @@ static void check_model(const char *model) {
     }
     float *x = ref_of(&f, "layer.%d.x%s", l, ""), *dy = ref_of(&f, "layer.%d.dy%s", l, "");
     float *ref = ref_of(&f, "layer.%d.y%s", l, "");
-    eng_layer_fwd(&c, &lo, shards[1 + l], x, y, B, T, &a, &pl);
+    eng_layer_fwd(&c, &lo, shards[1 + l], x, y, NULL, B, T, &a, &pl);
     near(model, l, "output", y, ref, (size_t)n * d);
     free(ref);
     memset(dw, 0, lo.layer_numel * sizeof(float));
-    eng_layer_bwd(&c, &lo, shards[1 + l], dw, x, &a, dy, dx, B, T, &s, &pl);
+    eng_layer_bwd(&c, &lo, shards[1 + l], dw, x, &a, dy, dx, NULL, B, T, &s, &pl);
     ref = ref_of(&f, "layer.%d.dx%s", l, "");
     near(model, l, "input gradient", dx, ref, (size_t)n * d);
     free(ref);

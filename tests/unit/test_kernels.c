@@ -243,35 +243,64 @@ static void test_headnorm(int n, int heads, int hd, int ldx) {
       free(dws);
 }
 
+// ---- position ids of packed rows ----------------------------------------------
+
+// Position ids of B rows of T (kernels.h): documents of random lengths
+// restarting at 0, one in four of 1 to 3 tokens, the others up to 150 (so a
+// 64-query tile holds several starts and documents span tiles), and one
+// starting exactly on a tile boundary where the row is long enough.
+static int32_t *packed_pos(int B, int T) {
+  int32_t *pos = malloc(sizeof(int32_t) * (size_t)B * T);
+  CHECK(pos, "out of memory");
+  for (int b = 0; b < B; b++)
+    for (int t = 0, p = 0, len = 0; t < T; t++, p++) {
+      if (p == len || t == 128) p = 0, len = irand(4) == 0 ? 1 + irand(3) : 1 + irand(150);
+      pos[(size_t)b * T + t] = p;
+    }
+  return pos;
+}
+
+// 0..T-1 in every row: what NULL means.
+static int32_t *iota_pos(int B, int T) {
+  int32_t *pos = malloc(sizeof(int32_t) * (size_t)B * T);
+  CHECK(pos, "out of memory");
+  for (int i = 0; i < B * T; i++) pos[i] = i % T;
+  return pos;
+}
+
 // ---- rope ------------------------------------------------------------------
 
 // Reference rotation in double, with inv_freq and the angle rounded to fp32
-// as transformers computes them (that rounding is part of the model).
-static void rope_ref(double *out, const float *x, int B, int T, int heads, int hd, float theta, int inverse) {
+// as transformers computes them (that rounding is part of the model); row t
+// of batch b at position pos[b][t] (NULL: t).
+static void rope_ref(double *out, const float *x, const int32_t *pos, int B, int T, int heads, int hd, float theta,
+                     int inverse) {
   int h = hd / 2;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int k = 0; k < heads; k++) {
         const float *xr = x + (((size_t)b * T + t) * heads + k) * hd;
         double *o = out + (((size_t)b * T + t) * heads + k) * hd;
+        int p = pos ? pos[(size_t)b * T + t] : t;
         for (int i = 0; i < h; i++) {
           float inv = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
-          double a = (double)((float)t * inv), c = cos(a), s = inverse ? -sin(a) : sin(a);
+          double a = (double)((float)p * inv), c = cos(a), s = inverse ? -sin(a) : sin(a);
           o[i] = xr[i] * c - xr[i + h] * s;
           o[i + h] = xr[i + h] * c + xr[i] * s;
         }
       }
 }
 
-static void test_rope(int B, int T, int heads, int hd, float theta) {
-  printf("rope B=%d T=%d heads=%d hd=%d theta=%g\n", B, T, heads, hd, theta);
+static void test_rope(int B, int T, int heads, int hd, float theta, int packed) {
+  printf("rope B=%d T=%d heads=%d hd=%d theta=%g%s\n", B, T, heads, hd, theta, packed ? " packed" : "");
   size_t n = (size_t)B * T * heads * hd;
+  int32_t *pos = packed ? packed_pos(B, T) : NULL;
   float *x = frandn(n, 1.0f), *y = fcopy(x, n), *dy = frandn(n, 1.0f), *dx = fcopy(dy, n);
   double *ry = dalloc(n), *rdx = dalloc(n);
-  eng_k_rope_fwd(y, heads * hd, B, T, heads, hd, theta);
-  eng_k_rope_bwd(dx, heads * hd, B, T, heads, hd, theta);
-  rope_ref(ry, x, B, T, heads, hd, theta, 0);
-  rope_ref(rdx, dy, B, T, heads, hd, theta, 1);
+  eng_k_rope_fwd(y, heads * hd, pos, B, T, heads, hd, theta);
+  eng_k_rope_bwd(dx, heads * hd, pos, B, T, heads, hd, theta);
+  rope_ref(ry, x, pos, B, T, heads, hd, theta, 0);
+  rope_ref(rdx, dy, pos, B, T, heads, hd, theta, 1);
   expect_close("rope fwd", y, ry, n, TOL_FWD);
   expect_close("rope bwd", dx, rdx, n, TOL_FWD);
   // The backward is the transpose of the forward: <R x, dy> = <x, Rᵀ dy>.
@@ -285,12 +314,20 @@ static void test_rope(int B, int T, int heads, int hd, float theta) {
   float *z = falloc(rows * ld);
   for (size_t i = 0; i < rows * ld; i++) z[i] = (float)i;
   for (size_t i = 0; i < rows; i++) memcpy(z + i * ld, x + i * w, sizeof(float) * w);
-  eng_k_rope_fwd(z, ld, B, T, heads, hd, theta);
+  eng_k_rope_fwd(z, ld, pos, B, T, heads, hd, theta);
   for (size_t i = 0; i < rows; i++) {
     CHECK(!memcmp(z + i * ld, y + i * w, sizeof(float) * w), "rope with ld %d: row %zu differs", ld, i);
     for (int j = w; j < ld; j++) CHECK(z[i * ld + j] == (float)(i * ld + j), "rope with ld %d wrote past row %zu", ld, i);
   }
-  free(x), free(y), free(dy), free(dx), free(ry), free(rdx), free(z);
+  // Without pos, positions 0..T-1 written out give the same bits.
+  if (!packed) {
+    int32_t *iota = iota_pos(B, T);
+    float *zi = fcopy(x, n);
+    eng_k_rope_fwd(zi, heads * hd, iota, B, T, heads, hd, theta);
+    expect_same("rope with pos 0..T-1 vs NULL", zi, y, n);
+    free(iota), free(zi);
+  }
+  free(x), free(y), free(dy), free(dx), free(ry), free(rdx), free(z), free(pos);
 }
 
 // ---- attention -------------------------------------------------------------
@@ -299,9 +336,10 @@ typedef struct att_case {
   int B, T, H, KV, hd;
 } att_case;
 
-// Naive causal GQA attention and its analytic backward, in double.
+// Naive GQA attention and its analytic backward, in double: query i of row
+// b attends keys i - pos[b][i] .. i (NULL: 0 .. i).
 static void attention_ref(double *out, double *lse, double *dq, double *dk, double *dv, const float *dout,
-                          const float *q, const float *k, const float *v, att_case c) {
+                          const float *q, const float *k, const float *v, const int32_t *pos, att_case c) {
   int G = c.H / c.KV, hd = c.hd, T = c.T;
   size_t qs = (size_t)c.H * hd, ks = (size_t)c.KV * hd;
   double scale = 1.0 / sqrt((double)hd);
@@ -314,20 +352,21 @@ static void attention_ref(double *out, double *lse, double *dq, double *dk, doub
         const float *qi = q + ((size_t)b * T + i) * qs + (size_t)h * hd;
         const float *doi = dout + ((size_t)b * T + i) * qs + (size_t)h * hd;
         const float *kb = k + (size_t)b * T * ks + (size_t)(h / G) * hd, *vb = v + (size_t)b * T * ks + (size_t)(h / G) * hd;
+        const int j0 = pos ? i - pos[(size_t)b * T + i] : 0;
         double mx = -INFINITY, l = 0.0, D = 0.0;
-        for (int j = 0; j <= i; j++) {
+        for (int j = j0; j <= i; j++) {
           double s = 0.0;
           for (int e = 0; e < hd; e++) s += (double)qi[e] * kb[(size_t)j * ks + e];
           p[j] = s * scale;
           mx = p[j] > mx ? p[j] : mx;
         }
-        for (int j = 0; j <= i; j++) l += exp(p[j] - mx);
-        for (int j = 0; j <= i; j++) p[j] = exp(p[j] - mx) / l;
+        for (int j = j0; j <= i; j++) l += exp(p[j] - mx);
+        for (int j = j0; j <= i; j++) p[j] = exp(p[j] - mx) / l;
         lse[((size_t)b * c.H + h) * T + i] = mx + log(l);
         double *o = out + ((size_t)b * T + i) * qs + (size_t)h * hd;
         double *dqi = dq + ((size_t)b * T + i) * qs + (size_t)h * hd;
         for (int e = 0; e < hd; e++) o[e] = 0.0, dqi[e] = 0.0;
-        for (int j = 0; j <= i; j++) {
+        for (int j = j0; j <= i; j++) {
           dp[j] = 0.0;
           for (int e = 0; e < hd; e++) {
             o[e] += p[j] * vb[(size_t)j * ks + e];
@@ -336,7 +375,7 @@ static void attention_ref(double *out, double *lse, double *dq, double *dk, doub
           D += p[j] * dp[j];
         }
         double *dkb = dk + (size_t)b * T * ks + (size_t)(h / G) * hd, *dvb = dv + (size_t)b * T * ks + (size_t)(h / G) * hd;
-        for (int j = 0; j <= i; j++) {
+        for (int j = j0; j <= i; j++) {
           double ds = p[j] * (dp[j] - D) * scale;
           for (int e = 0; e < hd; e++) {
             dqi[e] += ds * kb[(size_t)j * ks + e];
@@ -348,17 +387,18 @@ static void attention_ref(double *out, double *lse, double *dq, double *dk, doub
   free(p), free(dp);
 }
 
-static void test_attention(att_case c) {
-  printf("attention B=%d T=%d H=%d KV=%d hd=%d\n", c.B, c.T, c.H, c.KV, c.hd);
+static void test_attention(att_case c, int packed) {
+  printf("attention B=%d T=%d H=%d KV=%d hd=%d%s\n", c.B, c.T, c.H, c.KV, c.hd, packed ? " packed" : "");
   size_t nq = (size_t)c.B * c.T * c.H * c.hd, nk = (size_t)c.B * c.T * c.KV * c.hd, nl = (size_t)c.B * c.H * c.T;
+  int32_t *pos = packed ? packed_pos(c.B, c.T) : NULL;
   // Scores of a few units, so the softmax is neither flat nor one-hot.
   float *q = frandn(nq, 1.5f), *k = frandn(nk, 1.5f), *v = frandn(nk, 1.0f), *dout = frandn(nq, 1.0f);
   float *out = falloc(nq), *lse = falloc(nl), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
   double *rout = dalloc(nq), *rlse = dalloc(nl), *rdq = dalloc(nq), *rdk = dalloc(nk), *rdv = dalloc(nk);
-  eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, c.B, c.T, c.H, c.KV, c.hd);
-  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, c.B, c.T, c.H,
+  eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T, c.H,
                       c.KV, c.hd);
-  attention_ref(rout, rlse, rdq, rdk, rdv, dout, q, k, v, c);
+  attention_ref(rout, rlse, rdq, rdk, rdv, dout, q, k, v, pos, c);
   expect_close("attention fwd out", out, rout, nq, TOL_FWD);
   expect_close("attention fwd lse", lse, rlse, nl, TOL_FWD);
   expect_close("attention bwd dq", dq, rdq, nq, TOL_BWD);
@@ -377,9 +417,9 @@ static void test_attention(att_case c) {
     memcpy(qkv + i * ld + qd + kvd, v + i * kvd, sizeof(float) * kvd);
   }
   for (size_t i = 0; i < rows * ld; i++) dqkv[i] = -3.0f;
-  eng_k_attention_fwd(out2, lse2, qkv, ld, qkv + qd, ld, qkv + qd + kvd, ld, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_fwd(out2, lse2, qkv, ld, qkv + qd, ld, qkv + qd + kvd, ld, pos, c.B, c.T, c.H, c.KV, c.hd);
   eng_k_attention_bwd(dqkv, dqkv + qd, dqkv + qd + kvd, dout, out2, lse2, qkv, ld, qkv + qd, ld, qkv + qd + kvd, ld,
-                      c.B, c.T, c.H, c.KV, c.hd);
+                      pos, c.B, c.T, c.H, c.KV, c.hd);
   CHECK(!memcmp(out, out2, sizeof(float) * nq) && !memcmp(lse, lse2, sizeof(float) * nl),
         "attention fwd on a fused q|k|v row differs");
   for (size_t i = 0; i < rows; i++) {
@@ -388,9 +428,65 @@ static void test_attention(att_case c) {
               !memcmp(r + qd + kvd, dv + i * kvd, sizeof(float) * kvd) && r[ld - 1] == -3.0f,
           "attention bwd into a fused q|k|v row differs at row %zu", i);
   }
-  free(qkv), free(dqkv), free(out2), free(lse2);
+  // Without pos, positions 0..T-1 written out give the same bits.
+  if (!packed) {
+    int32_t *iota = iota_pos(c.B, c.T);
+    eng_k_attention_fwd(out2, lse2, q, qd, k, kvd, v, kvd, iota, c.B, c.T, c.H, c.KV, c.hd);
+    expect_same("attention fwd, pos 0..T-1 vs NULL", out2, out, nq);
+    expect_same("attention lse, pos 0..T-1 vs NULL", lse2, lse, nl);
+    float *dq2 = falloc(nq), *dk2 = falloc(nk), *dv2 = falloc(nk);
+    eng_k_attention_bwd(dq2, dk2, dv2, dout, out, lse, q, qd, k, kvd, v, kvd, iota, c.B, c.T, c.H, c.KV, c.hd);
+    expect_same("attention dq, pos 0..T-1 vs NULL", dq2, dq, nq);
+    expect_same("attention dk, pos 0..T-1 vs NULL", dk2, dk, nk);
+    expect_same("attention dv, pos 0..T-1 vs NULL", dv2, dv, nk);
+    free(iota), free(dq2), free(dk2), free(dv2);
+  }
+  free(qkv), free(dqkv), free(out2), free(lse2), free(pos);
   free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv), free(rout), free(rlse),
       free(rdq), free(rdk), free(rdv);
+}
+
+// Key tiles wholly before a query tile's earliest document start are not
+// visited, forward or backward. A visited but masked key still meets an
+// fmaf(0, value, .), so a NaN there would show: one row of two documents,
+// [0, 70) and [70, 200), whose third query tile (128..) starts at 70 and
+// so skips key tile 0 (0..63), which the second query tile must visit.
+// NaN in k and v of key tile 0 leaves the third tile's out, lse and dq
+// bit for bit; NaN in q and dout of the third tile leaves dk and dv of key
+// tile 0 bit for bit.
+static void test_attention_skip(void) {
+  printf("attention skips key tiles before a query tile's documents\n");
+  const att_case c = {1, 200, 2, 1, 16};
+  const int W = 64, qd = c.H * c.hd, kvd = c.KV * c.hd;
+  size_t nq = (size_t)c.T * qd, nk = (size_t)c.T * kvd, nl = (size_t)c.H * c.T;
+  int32_t pos[200];
+  for (int t = 0; t < c.T; t++) pos[t] = t < 70 ? t : t - 70;
+  float *q = frandn(nq, 1.5f), *k = frandn(nk, 1.5f), *v = frandn(nk, 1.0f), *dout = frandn(nq, 1.0f);
+  float *out = falloc(nq), *lse = falloc(nl), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
+  float *out2 = falloc(nq), *lse2 = falloc(nl), *dq2 = falloc(nq), *dk2 = falloc(nk), *dv2 = falloc(nk);
+  eng_k_attention_fwd(out, lse, q, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
+
+  float *kp = fcopy(k, nk), *vp = fcopy(v, nk);
+  for (size_t i = 0; i < (size_t)W * kvd; i++) kp[i] = vp[i] = NAN;
+  eng_k_attention_fwd(out2, lse2, q, qd, kp, kvd, vp, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(dq2, dk2, dv2, dout, out2, lse2, q, qd, kp, kvd, vp, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  CHECK(isnan(out2[(size_t)100 * qd]), "a NaN value of key tile 0 did not reach query 100, which visits the tile");
+  size_t r2 = (size_t)2 * W;
+  expect_same("out of query tile 2, NaN in key tile 0", out2 + r2 * qd, out + r2 * qd, (c.T - r2) * qd);
+  for (int h = 0; h < c.H; h++)
+    expect_same("lse of query tile 2", lse2 + (size_t)h * c.T + r2, lse + (size_t)h * c.T + r2, c.T - r2);
+  expect_same("dq of query tile 2", dq2 + r2 * qd, dq + r2 * qd, (c.T - r2) * qd);
+
+  float *qp = fcopy(q, nq), *dp = fcopy(dout, nq);
+  for (size_t i = r2 * qd; i < nq; i++) qp[i] = dp[i] = NAN;
+  eng_k_attention_fwd(out2, lse2, qp, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(dq2, dk2, dv2, dp, out2, lse2, qp, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  CHECK(isnan(dk2[(size_t)100 * kvd]), "a NaN query of tile 2 did not reach key 100, which it visits");
+  expect_same("dk of key tile 0, NaN in query tile 2", dk2, dk, (size_t)W * kvd);
+  expect_same("dv of key tile 0, NaN in query tile 2", dv2, dv, (size_t)W * kvd);
+  free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv), free(out2), free(lse2),
+      free(dq2), free(dk2), free(dv2), free(kp), free(vp), free(qp), free(dp);
 }
 
 // ---- embedding -------------------------------------------------------------
@@ -783,14 +879,23 @@ static void run_all(inv_io *io, const float *src, int nthreads) {
   float *q = take(io, nq), *k = take(io, nk);
   memcpy(q, IN(nq), sizeof(float) * nq), memcpy(k, IN(nk), sizeof(float) * nk);
   const float *v = IN(nk), *dout = IN(nq);
-  eng_k_rope_fwd(q, c.H * c.hd, c.B, c.T, c.H, c.hd, 10000.0f);
-  eng_k_rope_fwd(k, c.KV * c.hd, c.B, c.T, c.KV, c.hd, 10000.0f);
+  eng_k_rope_fwd(q, c.H * c.hd, NULL, c.B, c.T, c.H, c.hd, 10000.0f);
+  eng_k_rope_fwd(k, c.KV * c.hd, NULL, c.B, c.T, c.KV, c.hd, 10000.0f);
   float *out = take(io, nq), *lse = take(io, (size_t)c.B * c.H * c.T);
   float *dq = take(io, nq), *dk = take(io, nk), *dv = take(io, nk);
-  eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, c.B, c.T, c.H, c.KV, c.hd);
-  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, c.B, c.T, c.H,
+  eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, NULL, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, NULL, c.B, c.T, c.H,
                       c.KV, c.hd);
-  eng_k_rope_bwd(dq, c.H * c.hd, c.B, c.T, c.H, c.hd, 10000.0f);
+  eng_k_rope_bwd(dq, c.H * c.hd, NULL, c.B, c.T, c.H, c.hd, 10000.0f);
+  // The same packed: each row documents of 41, 41, 15 and 33 tokens.
+  int32_t pos[2 * 130];
+  for (int i = 0; i < c.B * c.T; i++) pos[i] = (i % c.T % 97) % 41;
+  float *pout = take(io, nq), *plse = take(io, (size_t)c.B * c.H * c.T);
+  float *pdq = take(io, nq), *pdk = take(io, nk), *pdv = take(io, nk);
+  eng_k_attention_fwd(pout, plse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_bwd(pdq, pdk, pdv, dout, pout, plse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T,
+                      c.H, c.KV, c.hd);
+  eng_k_rope_bwd(pdq, c.H * c.hd, pos, c.B, c.T, c.H, c.hd, 10000.0f);
 
   // y read as n/2 rows of [gate | up], ff each.
   size_t ne = (size_t)n / 2 * ff;
@@ -840,13 +945,18 @@ int main(void) {
   test_rmsnorm(7, 50);
   test_rmsnorm(130, 200);
   test_headnorm(300, 4, 32, 4 * 32 + 2 * 2 * 32);
-  test_rope(2, 13, 3, 10, 10000.0f);
-  test_rope(1, 70, 2, 64, 1000000.0f);
-  test_attention((att_case){2, 70, 4, 2, 24});
-  test_attention((att_case){1, 129, 3, 1, 18});
-  test_attention((att_case){1, 64, 2, 2, 32});
-  test_attention((att_case){2, 100, 2, 1, 40});
-  test_attention((att_case){3, 1, 2, 1, 8});
+  test_rope(2, 13, 3, 10, 10000.0f, 0);
+  test_rope(1, 70, 2, 64, 1000000.0f, 0);
+  test_rope(3, 200, 2, 16, 10000.0f, 1);
+  test_attention((att_case){2, 70, 4, 2, 24}, 0);
+  test_attention((att_case){1, 129, 3, 1, 18}, 0);
+  test_attention((att_case){1, 64, 2, 2, 32}, 0);
+  test_attention((att_case){2, 100, 2, 1, 40}, 0);
+  test_attention((att_case){3, 1, 2, 1, 8}, 0);
+  test_attention((att_case){3, 300, 4, 2, 24}, 1);
+  test_attention((att_case){2, 129, 3, 1, 40}, 1);
+  test_attention((att_case){4, 5, 2, 1, 8}, 1);
+  test_attention_skip();
   test_embed(100, 40, 17);
   test_head_loss(300, 40, 1000);
   test_head_loss(5, 16, 33);

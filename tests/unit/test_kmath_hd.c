@@ -146,7 +146,7 @@ static void check_rope(void) {
   float *x = malloc(sizeof(float) * T * HD), *ref = malloc(sizeof(float) * T * HD);
   for (int i = 0; i < T * HD; i++) x[i] = frand(2.0f);
   memcpy(ref, x, sizeof(float) * T * HD);
-  eng_k_rope_fwd(ref, HD, 1, T, 1, HD, 10000.0f);
+  eng_k_rope_fwd(ref, HD, NULL, 1, T, 1, HD, 10000.0f);
   double worst_f = 0, worst_x = 0;
   for (int i = 0; i < HD / 2; i++) {
     float f = eng_km_rope_inv_freq(i, HD, 10000.0f);
@@ -218,7 +218,7 @@ static void check_online_softmax(void) {
   enum { T = 45, HD = 16 };
   float q[T * HD], k[T * HD], vv[T * HD], o[T * HD], lse[T];
   for (int i = 0; i < T * HD; i++) q[i] = frand(1.0f), k[i] = frand(1.0f), vv[i] = frand(1.0f);
-  eng_k_attention_fwd(o, lse, q, HD, k, HD, vv, HD, 1, T, 1, 1, HD);
+  eng_k_attention_fwd(o, lse, q, HD, k, HD, vv, HD, NULL, 1, T, 1, 1, HD);
   double worst_a = 0;
   for (int i = 0; i < T; i++) {
     float sc[T], dummy[T], gl, go;

@@ -1,5 +1,6 @@
 // Causal GQA attention backward, FlashAttention-2 style: P is recomputed from
-// q, k and the saved lse one tile at a time, with D = rowsum(dO∘O):
+// q, k and the saved lse one tile at a time (the key tiles the forward
+// visited, masked as it masked), with D = rowsum(dO∘O):
 //   dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − D), dQ += dS·K·scale, dK += dSᵀ·Q·scale.
 // One OpenMP item is a (batch, kv head): it owns dK/dV of that kv head and dQ
 // of its query group, accumulated in place in a fixed order (query head, query
@@ -31,6 +32,7 @@ typedef struct bwd_tile {
   alignas(64) float qT[ENG_K_MAX_HD * W], doT[ENG_K_MAX_HD * W]; // packed [hd][query]
   alignas(64) float D[W], L[W];                                  // rowsum(dO∘O), lse
   alignas(64) float pT[W * W], dsT[W * W];                       // [key][query]
+  int st[W], lo[W]; // first key of each query's document; in the key tile's numbering
 } bwd_tile;
 
 typedef struct bwd_args {
@@ -41,11 +43,22 @@ typedef struct bwd_args {
 
 
 // P and dS of the computed part of the tile; masked entries get 0 (what
-// attn_p gives a masked score), which the products below rely on.
-static void p_ds(bwd_tile *t, int n, int diag, float scale) {
+// attn_p gives a masked score), which the products below rely on. With doc,
+// key j is also masked for query i when j < t->lo[i] (before its document):
+// a loop of its own, so the tiles without stay as lean as before.
+static void p_ds(bwd_tile *t, int n, int diag, int doc, float scale) {
   for (int j = 0; j < n; j++) {
     float *p = t->pT + (size_t)j * W, *ds = t->dsT + (size_t)j * W;
-    for (int i = diag ? eng_k_att_diag_first_col(j) : 0; i < W; i++) {
+    int i1 = diag ? eng_k_att_diag_first_col(j) : 0;
+    if (doc) {
+      for (int i = i1; i < W; i++) {
+        float pij = (diag && j > i) || j < t->lo[i] ? 0.0f : eng_km_attn_p(p[i], scale, t->L[i]);
+        p[i] = pij;
+        ds[i] = eng_km_attn_ds(pij, ds[i], t->D[i], scale);
+      }
+      continue;
+    }
+    for (int i = i1; i < W; i++) {
       float pij = diag && j > i ? 0.0f : eng_km_attn_p(p[i], scale, t->L[i]);
       p[i] = pij;
       ds[i] = eng_km_attn_ds(pij, ds[i], t->D[i], scale);
@@ -73,10 +86,13 @@ static void key_tile(bwd_tile *t, const bwd_args *a, float *dq, float *dk, float
                      const float *dout, const float *k, const float *v, int qt, int kt, int acc_q, int acc_kv) {
   int i0 = qt * W, m = a->T - i0 < W ? a->T - i0 : W;
   int j0 = kt * W, n = a->T - j0 < W ? a->T - j0 : W, diag = qt == kt, hd = a->hd;
+  // Only a tile after which some document starts masks by document.
+  int doc = t->st[m - 1] > j0;
+  for (int i = 0; doc && i < W; i++) t->lo[i] = t->st[i] - j0;
   const float *kj = k + (size_t)j0 * a->ks, *vj = v + (size_t)j0 * a->vs;
   eng_k_att_key_products(t->pT, kj, a->ks, t->qT, n, hd, diag);   // Sᵀ[j][i]
   eng_k_att_key_products(t->dsT, vj, a->vs, t->doT, n, hd, diag); // dPᵀ[j][i]
-  p_ds(t, n, diag, a->scale);
+  p_ds(t, n, diag, doc, a->scale);
   float *dvj = dv + (size_t)j0 * a->vs, *dkj = dk + (size_t)j0 * a->ks;
   // dv[j][c] += Σ_i Pᵀ[j][i]·dO[i][c], then dk[j][c] += Σ_i dSᵀ[j][i]·Q[i][c]
   // (one after the other: dk and dv rows alternating meet 4K aliasing).
@@ -95,8 +111,8 @@ static void key_tile(bwd_tile *t, const bwd_args *a, float *dq, float *dk, float
 }
 
 void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                         const float *q, int ldq, const float *k, int ldk, const float *v, int ldv, int B, int T,
-                         int H, int KV, int hd) {
+                         const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
+                         const int32_t *pos, int B, int T, int H, int KV, int hd) {
   if (B <= 0 || T <= 0) return;
   const int G = H / KV, nt = (T + W - 1) / W;
   const bwd_args a = {(size_t)H * hd, (size_t)ldq, (size_t)ldk, (size_t)ldv, T, hd, 1.0f / sqrtf((float)hd)};
@@ -117,10 +133,14 @@ void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, con
           eng_k_tile_pack_t(t.qT, q + ro, a.qs, m, hd, W);
           eng_k_tile_pack_t(t.doT, dout + roo, a.os, m, hd, W);
           query_stats(&t, dout + roo, out + roo, lse_h + i0, a.os, m, hd);
-          // dq rows first meet key tile 0, dk/dv rows of tile kt first meet
-          // the first query head's diagonal tile.
-          for (int kt = 0; kt <= qt; kt++)
-            key_tile(&t, &a, dq + ho, dk + koff, dv + voff, q + ro, dout + roo, k + koff, v + voff, qt, kt, kt > 0,
+          eng_k_att_doc_starts(t.st, pos ? pos + (size_t)b * T : NULL, i0, m);
+          // Key tiles wholly before the earliest document start are skipped.
+          // dq rows first meet the first key tile left; dk/dv rows of tile kt
+          // first meet the first query head's diagonal tile (no query tile
+          // before it sees them, and a diagonal tile is never skipped).
+          const int kt0 = t.st[0] / W;
+          for (int kt = kt0; kt <= qt; kt++)
+            key_tile(&t, &a, dq + ho, dk + koff, dv + voff, q + ro, dout + roo, k + koff, v + voff, qt, kt, kt > kt0,
                      r > 0 || kt < qt);
         }
       }

@@ -9,22 +9,29 @@
 
 #include "kernels/cpu/kmath.h"
 
-// Rotates every head of every row at position t (all batches share the
-// angles, so cos/sin are computed once per position). sign = +1 applies the
-// rotation, −1 its inverse (the transpose), which is the backward.
-static void rotate(float *x, int ld, int B, int T, int heads, int hd, float theta, float sign) {
+// Rotates every head of every row t of each batch by the angles of its
+// position (pos[b][t], or t without pos). cos/sin are computed again only
+// when a row's position differs from the previous batch's at the same t:
+// without pos, once per t for all batches. sign = +1 applies the rotation,
+// −1 its inverse (the transpose), which is the backward.
+static void rotate(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta, float sign) {
   int h = hd / 2;
   float inv_freq[ENG_K_MAX_HD / 2];
   for (int i = 0; i < h; i++) inv_freq[i] = eng_km_rope_inv_freq(i, hd, theta);
 #pragma omp parallel for schedule(static) if ((size_t)B * T * heads * hd >= ENG_K_PAR_MIN)
   for (int t = 0; t < T; t++) {
     float c[ENG_K_MAX_HD / 2], s[ENG_K_MAX_HD / 2];
-    for (int i = 0; i < h; i++) {
-      float a = eng_km_rope_angle(t, inv_freq[i]);
-      c[i] = cosf(a);
-      s[i] = sign * sinf(a);
-    }
-    for (int b = 0; b < B; b++)
+    int at = -1; // the position c and s hold
+    for (int b = 0; b < B; b++) {
+      int p = pos ? pos[(size_t)b * T + t] : t;
+      if (p != at) {
+        for (int i = 0; i < h; i++) {
+          float a = eng_km_rope_angle(p, inv_freq[i]);
+          c[i] = cosf(a);
+          s[i] = sign * sinf(a);
+        }
+        at = p;
+      }
       for (int k = 0; k < heads; k++) {
         float *x1 = x + ((size_t)b * T + t) * ld + (size_t)k * hd, *x2 = x1 + h;
         for (int i = 0; i < h; i++) {
@@ -33,13 +40,14 @@ static void rotate(float *x, int ld, int B, int T, int heads, int hd, float thet
           x2[i] = eng_km_rope_hi(u, v, c[i], s[i]);
         }
       }
+    }
   }
 }
 
-void eng_k_rope_fwd(float *x, int ld, int B, int T, int heads, int hd, float theta) {
-  rotate(x, ld, B, T, heads, hd, theta, 1.0f);
+void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta) {
+  rotate(x, ld, pos, B, T, heads, hd, theta, 1.0f);
 }
 
-void eng_k_rope_bwd(float *dx, int ld, int B, int T, int heads, int hd, float theta) {
-  rotate(dx, ld, B, T, heads, hd, theta, -1.0f);
+void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta) {
+  rotate(dx, ld, pos, B, T, heads, hd, theta, -1.0f);
 }

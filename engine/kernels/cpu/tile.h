@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 // Query and key tile of the attention kernels.
@@ -99,6 +100,14 @@ static inline void eng_k_tile_gemm(float *restrict C, size_t ldc, const float *r
 // First query column of key row j that a diagonal tile computes: the column
 // block holding query j; the blocks left of it are all masked.
 static inline int eng_k_att_diag_first_col(int j) { return j & ~(ENG_K_TILE_JB - 1); }
+
+// First key of each query's document for the tile of m queries from i0 of
+// a row whose position ids are pos (kernels.h; NULL: all start at 0):
+// st[i] = i0 + i − pos[i0 + i], and 0 past the m queries. Along a row the
+// starts never decrease, so st[0] is the tile's earliest, st[m − 1] its last.
+static inline void eng_k_att_doc_starts(int *st, const int32_t *pos, int i0, int m) {
+  for (int i = 0; i < ENG_K_ATT_TILE; i++) st[i] = pos && i < m ? i0 + i - pos[i0 + i] : 0;
+}
 
 // xT[j][i] = a_j · bT[.][i] for the n key rows of an attention tile (a rows
 // ks apart, bT packed [hd][W]). On the diagonal tile the 8-key × 32-query

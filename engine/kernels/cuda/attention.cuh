@@ -75,6 +75,13 @@ static __device__ __forceinline__ void att_mm_pv(att_frag_c &acc, const __nv_bfl
   }
 }
 
+// First key of the document of query row qi (pos: the sequence's position
+// ids, kernels.h; NULL: 0), and 0 for a row past T. Along a sequence the
+// starts never decrease, so a tile's first row has its earliest.
+static __device__ __forceinline__ int att_doc_start(const int32_t *pos, int qi, int T) {
+  return pos && qi < T ? qi - pos[qi] : 0;
+}
+
 // Host-side checks shared by the forward and the backward.
 static inline int att_check(int B, int T, int H, int KV, int hd, eng_err *e) {
   ENG_CUDA_REQUIRE(hd > 0 && hd % 16 == 0 && hd <= ENG_CUDA_MAX_HD, e,

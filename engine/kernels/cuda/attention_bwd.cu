@@ -7,6 +7,9 @@
 // one block per (sequence, kv head, key tile) walks the query heads of its
 // group and their query tiles, in a fixed order, for dK and dV. That costs
 // the S and dP products twice, and buys results that repeat to the bit.
+// With packed sequences (kernels.h's pos) both visit only the tiles the
+// forward did: dQ's walk starts at the first key tile of its documents, dK/dV's
+// ends before the first query tile whose documents all start after its keys.
 // Accumulators live in WMMA fragments (registers) for the whole walk.
 #include "kernels/cuda/attention.cuh"
 
@@ -41,10 +44,11 @@ static __device__ __forceinline__ void att_store_block(eng_bf16 *dst, size_t str
 }
 
 // Shared memory of both kernels: four bf16 tiles of head vectors, one fp32
-// score tile, two bf16 tiles of probabilities/gradients, 128 floats.
+// score tile, two bf16 tiles of probabilities/gradients, 128 floats and 64
+// ints.
 static size_t bwd_smem_bytes(int hd) {
   return 4 * (size_t)ATT_TILE * att_ldh(hd) * 2 + ATT_TILE * ATT_LDS * 4 + 2 * ATT_TILE * ATT_LDP * 2 +
-         2 * ATT_TILE * 4;
+         2 * ATT_TILE * 4 + ATT_TILE * 4;
 }
 
 struct bwd_smem {
@@ -52,6 +56,7 @@ struct bwd_smem {
   float *S;                       // scores, then dP
   __nv_bfloat16 *P, *dS;
   float *L, *Dv;                  // lse and D of a query tile (dK/dV kernel)
+  int *St;                        // first key of each query's document (att_doc_start)
 };
 
 static __device__ bwd_smem bwd_carve(unsigned char *smem, int hd) {
@@ -66,13 +71,14 @@ static __device__ bwd_smem bwd_carve(unsigned char *smem, int hd) {
   m.dS = m.P + ATT_TILE * ATT_LDP;
   m.L = reinterpret_cast<float *>(m.dS + ATT_TILE * ATT_LDP);
   m.Dv = m.L + ATT_TILE;
+  m.St = reinterpret_cast<int *>(m.Dv + ATT_TILE);
   return m;
 }
 
 // dQ of one (sequence, head, query tile).
 static __global__ void __launch_bounds__(ATT_THREADS)
 attn_bwd_dq_k(eng_bf16 *dq, const eng_bf16 *dout, const float *lse, const float *D, const eng_bf16 *q,
-              const eng_bf16 *k, const eng_bf16 *v, int T, int H, int KV, int hd, float scale) {
+              const eng_bf16 *k, const eng_bf16 *v, const int32_t *pos, int T, int H, int KV, int hd, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   const bwd_smem sm = bwd_carve(smem, hd);
   const int ldh = att_ldh(hd), ncb = hd / 16;
@@ -83,9 +89,11 @@ attn_bwd_dq_k(eng_bf16 *dq, const eng_bf16 *dout, const float *lse, const float 
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, i0 = qt * ATT_TILE;
   const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
   const size_t qoff = (size_t)b * T * qs + (size_t)h * hd, koff = (size_t)b * T * ks + (size_t)g * hd;
+  const int32_t *pb = pos ? pos + (size_t)b * T : NULL;
 
   att_load_tile(Qs, ldh, q + qoff, qs, i0, T, hd);
   att_load_tile(dOs, ldh, dout + qoff, qs, i0, T, hd);
+  if (threadIdx.x < ATT_TILE) sm.St[threadIdx.x] = att_doc_start(pb, i0 + threadIdx.x, T);
   float L[16], Dr[16];
 #pragma unroll
   for (int r = 0; r < 16; r++) {
@@ -99,7 +107,9 @@ attn_bwd_dq_k(eng_bf16 *dq, const eng_bf16 *dout, const float *lse, const float 
 #pragma unroll
   for (int cb = 0; cb < MAX_CB; cb++) nvcuda::wmma::fill_fragment(acc[cb], 0.0f);
 
-  for (int kt = 0; kt <= qt; kt++) {
+  // Key tiles wholly before the earliest document start are skipped.
+  const int kt0 = att_doc_start(pb, i0, T) / ATT_TILE;
+  for (int kt = kt0; kt <= qt; kt++) {
     const int j0 = kt * ATT_TILE;
     __syncthreads();
     att_load_tile(Ks, ldh, k + koff, ks, j0, T, hd);
@@ -111,11 +121,11 @@ attn_bwd_dq_k(eng_bf16 *dq, const eng_bf16 *dout, const float *lse, const float 
     float p[16][2];
 #pragma unroll
     for (int r = 0; r < 16; r++) {
-      const int qi = i0 + warp * 16 + r;
+      const int qi = i0 + warp * 16 + r, st = sm.St[warp * 16 + r];
 #pragma unroll
       for (int u = 0; u < 2; u++) {
         const int c = lane + 32 * u;
-        p[r][u] = j0 + c > qi || qi >= T ? 0.0f : eng_km_attn_p(Sw[r * ATT_LDS + c], scale, L[r]);
+        p[r][u] = j0 + c > qi || j0 + c < st || qi >= T ? 0.0f : eng_km_attn_p(Sw[r * ATT_LDS + c], scale, L[r]);
       }
     }
     __syncwarp();
@@ -148,7 +158,8 @@ attn_bwd_dq_k(eng_bf16 *dq, const eng_bf16 *dout, const float *lse, const float 
 // dK and dV of one (sequence, kv head, key tile).
 static __global__ void __launch_bounds__(ATT_THREADS)
 attn_bwd_dkv_k(eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const float *lse, const float *D,
-               const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v, int T, int H, int KV, int hd, float scale) {
+               const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v, const int32_t *pos, int T, int H, int KV,
+               int hd, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   const bwd_smem sm = bwd_carve(smem, hd);
   const int ldh = att_ldh(hd), ncb = hd / 16, G = H / KV;
@@ -159,6 +170,7 @@ attn_bwd_dkv_k(eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const float *ls
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, j0 = kt * ATT_TILE;
   const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
   const size_t koff = (size_t)b * T * ks + (size_t)g * hd;
+  const int32_t *pb = pos ? pos + (size_t)b * T : NULL;
 
   att_load_tile(Ks, ldh, k + koff, ks, j0, T, hd);
   att_load_tile(Vs, ldh, v + koff, ks, j0, T, hd);
@@ -176,6 +188,9 @@ attn_bwd_dkv_k(eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const float *ls
     const size_t qoff = (size_t)b * T * qs + (size_t)h * hd, soff = ((size_t)b * H + h) * T;
     for (int qt = kt; qt < nt; qt++) {
       const int i0 = qt * ATT_TILE;
+      // Packed: once a query tile's documents all start after this tile's
+      // last key, so do every later one's (the diagonal is never skipped).
+      if (att_doc_start(pb, i0, T) >= j0 + ATT_TILE) break;
       __syncthreads(); // the previous query tile is no longer read
       att_load_tile(Qs, ldh, q + qoff, qs, i0, T, hd);
       att_load_tile(dOs, ldh, dout + qoff, qs, i0, T, hd);
@@ -183,6 +198,7 @@ attn_bwd_dkv_k(eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const float *ls
         const int qi = i0 + threadIdx.x;
         sm.L[threadIdx.x] = qi < T ? lse[soff + qi] : 0.0f;
         sm.Dv[threadIdx.x] = qi < T ? D[soff + qi] : 0.0f;
+        sm.St[threadIdx.x] = att_doc_start(pb, qi, T);
       }
       __syncthreads();
       // Sᵀ (keys × queries) gives Pᵀ, kept in registers while the buffer takes dPᵀ.
@@ -195,7 +211,7 @@ attn_bwd_dkv_k(eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const float *ls
 #pragma unroll
         for (int u = 0; u < 2; u++) {
           const int c = lane + 32 * u, qi = i0 + c;
-          p[rr][u] = kj > qi || qi >= T ? 0.0f : eng_km_attn_p(Sw[rr * ATT_LDS + c], scale, sm.L[c]);
+          p[rr][u] = kj > qi || kj < sm.St[c] || qi >= T ? 0.0f : eng_km_attn_p(Sw[rr * ATT_LDS + c], scale, sm.L[c]);
           Pw[rr * ATT_LDP + c] = to_nv_bf16(p[rr][u]);
         }
       }
@@ -235,8 +251,9 @@ attn_bwd_dkv_k(eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const float *ls
 }
 
 int eng_cuda_attention_bwd(eng_bf16 *dq, eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const eng_bf16 *out,
-                           const float *lse, const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v, int B, int T,
-                           int H, int KV, int hd, void *scratch, eng_cuda_stream s, eng_err *e) {
+                           const float *lse, const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v,
+                           const int32_t *pos, int B, int T, int H, int KV, int hd, void *scratch, eng_cuda_stream s,
+                           eng_err *e) {
   int rc = att_check(B, T, H, KV, hd, e);
   if (rc) return rc;
   ENG_CUDA_REQUIRE(aligned16(dq) && aligned16(dk) && aligned16(dv) && aligned16(dout) && aligned16(q) &&
@@ -251,10 +268,11 @@ int eng_cuda_attention_bwd(eng_bf16 *dq, eng_bf16 *dk, eng_bf16 *dv, const eng_b
   const int nt = (T + ATT_TILE - 1) / ATT_TILE;
   const float scale = 1.0f / sqrtf((float)hd);
   ENG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_dq_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), e);
-  attn_bwd_dq_k<<<dim3(nt, B * H), ATT_THREADS, smem, s>>>(dq, dout, lse, D, q, k, v, T, H, KV, hd, scale);
+  attn_bwd_dq_k<<<dim3(nt, B * H), ATT_THREADS, smem, s>>>(dq, dout, lse, D, q, k, v, pos, T, H, KV, hd, scale);
   ENG_CUDA_LAUNCHED("attn_bwd_dq_k", e);
   ENG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_dkv_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), e);
-  attn_bwd_dkv_k<<<dim3(nt, B * KV), ATT_THREADS, smem, s>>>(dk, dv, dout, lse, D, q, k, v, T, H, KV, hd, scale);
+  attn_bwd_dkv_k<<<dim3(nt, B * KV), ATT_THREADS, smem, s>>>(dk, dv, dout, lse, D, q, k, v, pos, T, H, KV, hd,
+                                                             scale);
   ENG_CUDA_LAUNCHED("attn_bwd_dkv_k", e);
   return 0;
 }

@@ -103,9 +103,13 @@ int eng_cuda_rmsnorm_fwd(eng_bf16 *y, float *rstd, const eng_bf16 *x, const eng_
 int eng_cuda_rmsnorm_bwd(eng_cuda_ctx *cx, eng_bf16 *dx, float *dw, const eng_bf16 *dy, const eng_bf16 *x,
                          const eng_bf16 *w, const float *rstd, int n, int d, int accumulate_dx, eng_err *e);
 
-// Rotary embedding in place on x[B*T, heads, hd] (kernels.h's convention).
-int eng_cuda_rope_fwd(eng_bf16 *x, int B, int T, int heads, int hd, float theta, eng_cuda_stream s, eng_err *e);
-int eng_cuda_rope_bwd(eng_bf16 *dx, int B, int T, int heads, int hd, float theta, eng_cuda_stream s, eng_err *e);
+// Rotary embedding in place on x[B*T, heads, hd] (kernels.h's convention),
+// at the position ids pos ([B][T] on the device, kernels.h's contract; NULL:
+// 0..T-1 in every row).
+int eng_cuda_rope_fwd(eng_bf16 *x, const int32_t *pos, int B, int T, int heads, int hd, float theta,
+                      eng_cuda_stream s, eng_err *e);
+int eng_cuda_rope_bwd(eng_bf16 *dx, const int32_t *pos, int B, int T, int heads, int hd, float theta,
+                      eng_cuda_stream s, eng_err *e);
 
 // Largest head dim of the cuda attention kernels; head_dim must also be a
 // multiple of 16 (the tensor-core tile). eng_cuda_check_config refuses others.
@@ -113,13 +117,17 @@ int eng_cuda_rope_bwd(eng_bf16 *dx, int B, int T, int heads, int hd, float theta
 
 // Causal GQA attention (kernels.h's layouts, rows contiguous: q rows H·hd
 // apart, k and v rows KV·hd apart): 64×64 tiles on the tensor
-// cores, online softmax, O(T·hd) memory; out bf16, lse fp32 [B,H,T].
-int eng_cuda_attention_fwd(eng_bf16 *out, float *lse, const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v, int B,
-                           int T, int H, int KV, int hd, eng_cuda_stream s, eng_err *e);
-// dq, dk, dv overwritten. scratch: eng_cuda_attention_bwd_scratch_bytes.
+// cores, online softmax, O(T·hd) memory; out bf16, lse fp32 [B,H,T]. pos
+// (on the device, NULL allowed) confines each query to its own document
+// as kernels.h's eng_k_attention_fwd does, skipping the key tiles before it.
+int eng_cuda_attention_fwd(eng_bf16 *out, float *lse, const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v,
+                           const int32_t *pos, int B, int T, int H, int KV, int hd, eng_cuda_stream s, eng_err *e);
+// dq, dk, dv overwritten; pos as the forward's. scratch:
+// eng_cuda_attention_bwd_scratch_bytes.
 int eng_cuda_attention_bwd(eng_bf16 *dq, eng_bf16 *dk, eng_bf16 *dv, const eng_bf16 *dout, const eng_bf16 *out,
-                           const float *lse, const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v, int B, int T,
-                           int H, int KV, int hd, void *scratch, eng_cuda_stream s, eng_err *e);
+                           const float *lse, const eng_bf16 *q, const eng_bf16 *k, const eng_bf16 *v,
+                           const int32_t *pos, int B, int T, int H, int KV, int hd, void *scratch, eng_cuda_stream s,
+                           eng_err *e);
 size_t eng_cuda_attention_bwd_scratch_bytes(int B, int T, int H);
 
 // h = silu(gate)·up over n values, and its backward.
@@ -204,14 +212,16 @@ void eng_cuda_layer_scratch_bind(eng_cuda_layer_scratch *s, void *base, const en
 
 // y = layer(x) on cx's stream; w is the layer shard in bf16 with the
 // offsets of lo->layer_proto (the fp32 shard's layout, element for element).
+// pos: the tokens' position ids [B][T] on the device, or NULL (0..T-1).
 int eng_cuda_layer_fwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *lo, const eng_bf16 *w,
-                       const eng_bf16 *x, eng_bf16 *y, int B, int T, const eng_cuda_layer_acts *a, eng_err *e);
-// Given acts from eng_cuda_layer_fwd on the same x: dx (written) from dy, and
-// the layer's weight gradients accumulated into dw (fp32, the shard layout).
-// dx may alias dy.
+                       const eng_bf16 *x, eng_bf16 *y, const int32_t *pos, int B, int T,
+                       const eng_cuda_layer_acts *a, eng_err *e);
+// Given acts from eng_cuda_layer_fwd on the same x and pos: dx (written) from
+// dy, and the layer's weight gradients accumulated into dw (fp32, the shard
+// layout). dx may alias dy.
 int eng_cuda_layer_bwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *lo, const eng_bf16 *w, float *dw,
-                       const eng_bf16 *x, const eng_cuda_layer_acts *a, const eng_bf16 *dy, eng_bf16 *dx, int B,
-                       int T, const eng_cuda_layer_scratch *s, eng_err *e);
+                       const eng_bf16 *x, const eng_cuda_layer_acts *a, const eng_bf16 *dy, eng_bf16 *dx,
+                       const int32_t *pos, int B, int T, const eng_cuda_layer_scratch *s, eng_err *e);
 
 // ---- POET-X (poet/poet.h's math of one weight) -----------------------------------
 

@@ -20,7 +20,8 @@ static int copy(eng_bf16 *dst, const eng_bf16 *src, size_t count, cudaStream_t s
 }
 
 int eng_cuda_layer_fwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *lo, const eng_bf16 *w,
-                       const eng_bf16 *x, eng_bf16 *y, int B, int T, const eng_cuda_layer_acts *a, eng_err *e) {
+                       const eng_bf16 *x, eng_bf16 *y, const int32_t *pos, int B, int T,
+                       const eng_cuda_layer_acts *a, eng_err *e) {
   TRY(eng_cuda_check_config(c, e));
   const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
   const int qd = H * hd, kvd = KV * hd, ff = c->d_ff;
@@ -35,9 +36,9 @@ int eng_cuda_layer_fwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *
     TRY(eng_cuda_rmsnorm_fwd(a->q, a->rstdq, a->qpre, W(ENG_P_QNORM), n * H, hd, c->rms_eps, s, e));
     TRY(eng_cuda_rmsnorm_fwd(a->k, a->rstdk, a->kpre, W(ENG_P_KNORM), n * KV, hd, c->rms_eps, s, e));
   }
-  TRY(eng_cuda_rope_fwd(a->q, B, T, H, hd, c->rope_theta, s, e));
-  TRY(eng_cuda_rope_fwd(a->k, B, T, KV, hd, c->rope_theta, s, e));
-  TRY(eng_cuda_attention_fwd(a->att, a->lse, a->q, a->k, a->v, B, T, H, KV, hd, s, e));
+  TRY(eng_cuda_rope_fwd(a->q, pos, B, T, H, hd, c->rope_theta, s, e));
+  TRY(eng_cuda_rope_fwd(a->k, pos, B, T, KV, hd, c->rope_theta, s, e));
+  TRY(eng_cuda_attention_fwd(a->att, a->lse, a->q, a->k, a->v, pos, B, T, H, KV, hd, s, e));
   TRY(eng_cuda_linear_fwd(cx, a->xmid, a->att, W(ENG_P_WO), NULL, x, n, qd, d, e));
 
   TRY(eng_cuda_rmsnorm_fwd(a->xn2, a->rstd2, a->xmid, W(ENG_P_MLP_NORM), n, d, c->rms_eps, s, e));
@@ -48,8 +49,8 @@ int eng_cuda_layer_fwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *
 }
 
 int eng_cuda_layer_bwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *lo, const eng_bf16 *w, float *dw,
-                       const eng_bf16 *x, const eng_cuda_layer_acts *a, const eng_bf16 *dy, eng_bf16 *dx, int B,
-                       int T, const eng_cuda_layer_scratch *s, eng_err *e) {
+                       const eng_bf16 *x, const eng_cuda_layer_acts *a, const eng_bf16 *dy, eng_bf16 *dx,
+                       const int32_t *pos, int B, int T, const eng_cuda_layer_scratch *s, eng_err *e) {
   TRY(eng_cuda_check_config(c, e));
   const int n = B * T, d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
   const int qd = H * hd, kvd = KV * hd, ff = c->d_ff;
@@ -66,10 +67,10 @@ int eng_cuda_layer_bwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *
 
   // Attention: xmid = x + o(attn(rope(qk_norm(proj(norm1(x)))))).
   TRY(eng_cuda_linear_bwd(cx, s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0, e));
-  TRY(eng_cuda_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, B, T, H, KV, hd,
+  TRY(eng_cuda_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, pos, B, T, H, KV, hd,
                              s->attn, st, e));
-  TRY(eng_cuda_rope_bwd(s->dq, B, T, H, hd, c->rope_theta, st, e));
-  TRY(eng_cuda_rope_bwd(s->dk, B, T, KV, hd, c->rope_theta, st, e));
+  TRY(eng_cuda_rope_bwd(s->dq, pos, B, T, H, hd, c->rope_theta, st, e));
+  TRY(eng_cuda_rope_bwd(s->dk, pos, B, T, KV, hd, c->rope_theta, st, e));
   if (c->qk_norm) { // back through the per-head norms; datt is free to hold dq_pre
     TRY(eng_cuda_rmsnorm_bwd(cx, s->datt, DW(ENG_P_QNORM), s->dq, a->qpre, W(ENG_P_QNORM), a->rstdq, n * H, hd, 0,
                              e));

@@ -1,14 +1,17 @@
 // Rotary embedding in place on bf16 [B*T, heads, hd]: one thread per rotated
 // pair, inv_freq and the angle as transformers computes them (kmath_hd.h),
-// cos/sin from CUDA's accurate sinf/cosf (not the fast intrinsics).
+// cos/sin from CUDA's accurate sinf/cosf (not the fast intrinsics). A row's
+// position is pos[row] (rows are b·T + t, as pos is laid out), or t.
 #include "kernels/cuda/util.cuh"
 
-static __global__ void rope_k(eng_bf16 *x, int T, int heads, int hd, float theta, float sign, size_t pairs) {
+static __global__ void rope_k(eng_bf16 *x, const int32_t *pos, int T, int heads, int hd, float theta, float sign,
+                              size_t pairs) {
   const int h2 = hd / 2;
   for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (size_t)gridDim.x * blockDim.x) {
     int i = (int)(p % h2);
     size_t rh = p / h2; // row * heads + head
-    int t = (int)((rh / heads) % T);
+    size_t row = rh / heads;
+    int t = pos ? pos[row] : (int)(row % T);
     float a = eng_km_rope_angle(t, eng_km_rope_inv_freq(i, hd, theta));
     float c = cosf(a), s = sign * sinf(a);
     eng_bf16 *x1 = x + rh * hd + i, *x2 = x1 + h2;
@@ -18,20 +21,22 @@ static __global__ void rope_k(eng_bf16 *x, int T, int heads, int hd, float theta
   }
 }
 
-static int rope(eng_bf16 *x, int B, int T, int heads, int hd, float theta, float sign, eng_cuda_stream s,
-                eng_err *e) {
+static int rope(eng_bf16 *x, const int32_t *pos, int B, int T, int heads, int hd, float theta, float sign,
+                eng_cuda_stream s, eng_err *e) {
   ENG_CUDA_REQUIRE(hd % 2 == 0, e, "rope: head_dim %d is odd", hd);
   size_t pairs = (size_t)B * T * heads * (hd / 2);
   if (!pairs) return 0;
-  rope_k<<<grid_for(pairs, 256), 256, 0, s>>>(x, T, heads, hd, theta, sign, pairs);
+  rope_k<<<grid_for(pairs, 256), 256, 0, s>>>(x, pos, T, heads, hd, theta, sign, pairs);
   ENG_CUDA_LAUNCHED("rope_k", e);
   return 0;
 }
 
-int eng_cuda_rope_fwd(eng_bf16 *x, int B, int T, int heads, int hd, float theta, eng_cuda_stream s, eng_err *e) {
-  return rope(x, B, T, heads, hd, theta, 1.0f, s, e);
+int eng_cuda_rope_fwd(eng_bf16 *x, const int32_t *pos, int B, int T, int heads, int hd, float theta,
+                      eng_cuda_stream s, eng_err *e) {
+  return rope(x, pos, B, T, heads, hd, theta, 1.0f, s, e);
 }
 
-int eng_cuda_rope_bwd(eng_bf16 *dx, int B, int T, int heads, int hd, float theta, eng_cuda_stream s, eng_err *e) {
-  return rope(dx, B, T, heads, hd, theta, -1.0f, s, e);
+int eng_cuda_rope_bwd(eng_bf16 *dx, const int32_t *pos, int B, int T, int heads, int hd, float theta,
+                      eng_cuda_stream s, eng_err *e) {
+  return rope(dx, pos, B, T, heads, hd, theta, -1.0f, s, e);
 }
