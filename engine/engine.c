@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cuda.h"
@@ -269,6 +270,63 @@ int eng_cpu_gemm_route(const char **name, const char **blas_core, eng_err *e) {
   return 0;
 }
 
+// The tokenizer of tokenizer_dir (else model_dir): its tokenizer.json and
+// tokenizer_config.json. A model directory without one leaves r->tok NULL
+// (text is then read byte by byte, chat refused); a tokenizer_dir without
+// one is an error.
+static int run_tok_open(eng_run *r, eng_err *e) {
+  const eng_spec *s = &r->spec;
+  const char *dir = s->tokenizer_dir ? s->tokenizer_dir : s->model_dir;
+  r->eos = -1;
+  if (!dir) return s->chat_template ? eng_err_set(e, ENG_EINVAL, "chat_template: no tokenizer to render with") : 0;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  int fd, rc = eng_fs_open_opt(s->fs, path, &fd, e);
+  if (rc < 0) return rc;
+  if (rc == 1)
+    return s->tokenizer_dir ? eng_err_set(e, ENG_EINVAL, "tokenizer_dir %s holds no tokenizer.json", dir)
+           : s->chat_template ? eng_err_set(e, ENG_EINVAL, "chat_template: %s holds no tokenizer.json", dir)
+                              : 0;
+  close(fd);
+  if ((rc = eng_tok_load(&r->tok, s->fs, path, e))) return rc;
+  if ((rc = eng_chat_load(&r->chat, s->fs, dir, s->chat_template, e))) return rc;
+  if (r->chat.eos && (r->eos = eng_tok_id(r->tok, r->chat.eos)) < 0)
+    return eng_err_set(e, ENG_EINVAL, "%s/tokenizer_config.json: eos_token is not a token of tokenizer.json", dir);
+  return 0;
+}
+
+// Passes a long tokenization's progress on as notes, a quarter at a time.
+typedef struct data_note {
+  const eng_spec *spec;
+  int quarter;
+} data_note;
+
+static void data_progress(void *ctx, const char *path, uint64_t done, uint64_t total) {
+  data_note *dn = ctx;
+  int q = total ? (int)(4 * done / total) : 0;
+  if (q <= dn->quarter || q >= 4 || !dn->spec->note) return;
+  dn->quarter = q;
+  char line[4200];
+  snprintf(line, sizeof line, "%s: tokenized %d%%", path, 25 * q);
+  dn->spec->note(dn->spec->note_ctx, line);
+}
+
+int eng_run_data_open(eng_run *r, const char *path, int shuffle, eng_data **d, eng_err *e) {
+  const eng_spec *s = &r->spec;
+  data_note dn = {s, 0};
+  eng_data_opts o = {.seq_len = s->seq_len, .vocab = s->config.vocab, .seed = s->seed, .shuffle = shuffle,
+                     .format = s->data_format, .tok = r->tok, .chat = r->tok ? &r->chat : NULL, .eos = r->eos,
+                     .pack = !s->no_pack, .cache_dir = s->data_cache, .progress = data_progress,
+                     .progress_ctx = &dn};
+  int rc = eng_data_open_opts(d, s->fs, path, &o, e);
+  if (!rc && s->note) {
+    char line[4400];
+    snprintf(line, sizeof line, "%s: %s", path, eng_data_summary(*d));
+    s->note(s->note_ctx, line);
+  }
+  return rc;
+}
+
 int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   eng_config cfg;
   int untied;
@@ -324,7 +382,10 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   size_t bt = (size_t)spec->batch * spec->seq_len;
   r->ids = malloc(bt * sizeof(int32_t));
   r->labels = malloc(bt * sizeof(int32_t));
-  if (!r->ids || !r->labels) {
+  r->pos = malloc(bt * sizeof(int32_t));
+  r->data_cache = dup_or_null(spec->data_cache);
+  r->spec.data_cache = r->data_cache;
+  if (!r->ids || !r->labels || !r->pos || (spec->data_cache && !r->data_cache)) {
     rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate the batch buffers");
     goto fail;
   }
@@ -340,12 +401,11 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   // exactly the model it loaded (W0 is the loaded weight, unpermuted).
   if (r->model.poet.layers && !spec->model_dir) eng_poet_model_perms(&r->model.poet, spec->seed);
   eng_model_work_refresh(&r->model);
-  if (spec->train_path &&
-      (rc = eng_data_open(&r->train, spec->fs, spec->train_path, spec->seq_len, cfg.vocab, spec->seed, 1, e)))
-    goto fail;
-  if (spec->eval_path &&
-      (rc = eng_data_open(&r->eval, spec->fs, spec->eval_path, spec->seq_len, cfg.vocab, spec->seed, 0, e)))
-    goto fail;
+  if ((rc = run_tok_open(r, e))) goto fail;
+  if (spec->train_path && (rc = eng_run_data_open(r, r->train_path, 1, &r->train, e))) goto fail;
+  if (spec->eval_path && (rc = eng_run_data_open(r, r->eval_path, 0, &r->eval, e))) goto fail;
+  // read by open only
+  r->spec.tokenizer_dir = r->spec.chat_template = NULL;
   if ((rc = eng_exec_open(&r->exec, &r->model, r->dev, &pol, e))) goto fail;
   r->peak = spec->peak_flops > 0 ? spec->peak_flops : spec->device_gpu < 0 ? eng_cpu_peak_flops() : 0;
   if (r->train && (rc = eng_run_select_open(r, e))) goto fail;
@@ -368,6 +428,10 @@ void eng_close(eng_run *r) {
   eng_run_select_close(r);
   free(r->ids);
   free(r->labels);
+  free(r->pos);
+  eng_tok_free(r->tok);
+  eng_chat_free(&r->chat);
+  free(r->data_cache);
   free(r->model_dir);
   free(r->train_path);
   free(r->eval_path);
@@ -418,7 +482,9 @@ static float clip_of(const eng_run *r, int64_t t) {
   return s->method == ENG_METHOD_POETX ? s->clip * eng_poet_clip_ramp(t - 1, s->poet_merge_every) : s->clip;
 }
 
-int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_metrics *m, eng_err *e) {
+// A step on a batch with positions pos (NULL: 0..T-1 in every row).
+static int step_run(eng_run *r, const int32_t *ids, const int32_t *labels, const int32_t *pos, eng_metrics *m,
+                    eng_err *e) {
   int rc = check_tokens(r, ids, labels, e);
   if (rc) return rc;
   eng_metrics mm;
@@ -436,7 +502,7 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
     eng_exec_update_arm(r->exec, &u);
   }
   eng_exec_result res;
-  rc = eng_exec_run(r->exec, ids, labels, NULL, 1, NULL, r->spec.cancel, &res, e);
+  rc = eng_exec_run(r->exec, ids, labels, pos, 1, NULL, r->spec.cancel, &res, e);
   if (rc) return rc;
 
   double loss = res.count ? res.loss_sum / (double)res.count : NAN;
@@ -519,14 +585,19 @@ int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_me
   return 0;
 }
 
+int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_metrics *m, eng_err *e) {
+  return step_run(r, ids, labels, NULL, m, e);
+}
+
 int eng_step(eng_run *r, eng_metrics *m, eng_err *e) {
   if (!r->train) return eng_err_set(e, ENG_ESTATE, "spec: no train_path to draw batches from");
   eng_data_pos pos;
   eng_data_pos_get(r->train, &pos);
   int64_t before = r->step;
-  int rc = r->spec.select.rule != ENG_SELECT_NONE ? eng_run_select_batch(r, e)
-                                                   : eng_data_next(r->train, r->spec.batch, r->ids, r->labels, e);
-  if (!rc) rc = eng_step_batch(r, r->ids, r->labels, m, e);
+  int rc = r->spec.select.rule != ENG_SELECT_NONE
+               ? eng_run_select_batch(r, e)
+               : eng_data_next_samples(r->train, r->spec.batch, r->ids, r->labels, r->pos, NULL, e);
+  if (!rc) rc = step_run(r, r->ids, r->labels, eng_run_pos(r->train, r->pos), m, e);
   // A step that did not happen (cancelled, failed) leaves its batch unread,
   // so a retried or resumed run sees the same data.
   if (rc && r->step == before) eng_data_pos_set(r->train, &pos, NULL);
@@ -542,8 +613,9 @@ int eng_eval(eng_run *r, double *loss, eng_err *e) {
   int64_t count = 0;
   for (int i = 0; !rc && i < r->spec.eval_batches; i++) {
     eng_exec_result res;
-    rc = eng_data_next(r->eval, r->spec.batch, r->ids, r->labels, e);
-    if (!rc) rc = eng_exec_run(r->exec, r->ids, r->labels, NULL, 0, NULL, r->spec.cancel, &res, e);
+    rc = eng_data_next_samples(r->eval, r->spec.batch, r->ids, r->labels, r->pos, NULL, e);
+    if (!rc)
+      rc = eng_exec_run(r->exec, r->ids, r->labels, eng_run_pos(r->eval, r->pos), 0, NULL, r->spec.cancel, &res, e);
     sum += res.loss_sum;
     count += res.count;
   }

@@ -15,6 +15,7 @@
 #include "common/fs_open.h"
 #include "compute/govern.h"
 #include "compute/select.h"
+#include "data/data.h"
 #include "model/config.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
@@ -102,9 +103,20 @@ typedef struct eng_spec {
   const eng_fs *fs;
   uint64_t seed;          // init, data order
 
-  // Data (engine/data): .bin shards, .jsonl SFT records, or text (bytes).
+  // Data (engine/data, data/data.h): .bin shards, .jsonl records
+  // (input_ids, text, or chat), or text. Text and chat are tokenized with the
+  // tokenizer.json of tokenizer_dir (default: model_dir; none there: text is
+  // read byte by byte and chat refused) and rendered with its
+  // tokenizer_config.json's chat template; each text document ends with that
+  // file's eos_token.
   const char *train_path; // may be NULL when only eng_step_batch is used
   const char *eval_path;  // optional held-out file
+  eng_data_format data_format; // AUTO (the default): by extension and content
+  const char *tokenizer_dir;
+  const char *chat_template; // NULL: recognise the template; "chatml" or "llama3": force one
+  int no_pack;            // records one per sample, padded (default: packed several to a sample,
+                          // each attending only within itself)
+  const char *data_cache; // directory of tokenize-once caches (data/data.h); NULL: tokenize at every open
   int eval_every;         // steps between evaluations (0 = never)
   int eval_batches;       // batches per evaluation (default 4)
   int seq_len;            // T

@@ -10,15 +10,20 @@
 #include "engine.h"
 #include "exec/exec.h"
 #include "model/model.h"
+#include "tok/chat.h"
+#include "tok/tok.h"
 
 struct eng_run {
   eng_spec spec;          // strings below are owned copies
-  char *model_dir, *train_path, *eval_path;
+  char *model_dir, *train_path, *eval_path, *data_cache;
   eng_model model;
   eng_dev *dev;
   eng_exec *exec;
   eng_data *train, *eval;
-  int32_t *ids, *labels;  // one batch
+  struct eng_tok *tok;    // tokenizer_dir's (model_dir's) tokenizer.json, or NULL
+  eng_chat chat;          // and its tokenizer_config.json
+  int32_t eos;            // its eos_token's id, -1: none
+  int32_t *ids, *labels, *pos; // one batch (pos: its positions, for packed data)
   int64_t step;           // steps taken (updates + skipped)
   int64_t updates;        // updates applied (AdamW's t)
   int nonfinite_streak;
@@ -36,7 +41,7 @@ struct eng_run {
   // candidate pool's buffers, the reference model's run, and what the
   // current step's scoring spent (eng_step_batch adds it to the step's).
   eng_select_state sel;
-  int32_t *pool_ids, *pool_labels;
+  int32_t *pool_ids, *pool_labels, *pool_pos;
   uint64_t *pool_samples;
   double *pool_loss;
   int *pool_pick;
@@ -44,6 +49,16 @@ struct eng_run {
   eng_run *ref;
   double score_model, score_exec;
 };
+
+// Opens path as r's data files are opened: tokenized and rendered by r's
+// tokenizer, packed unless the spec says otherwise; shuffled or not.
+int eng_run_data_open(eng_run *r, const char *path, int shuffle, eng_data **d, eng_err *e);
+
+// The positions a batch of d is run with: pos where d is packed, else NULL
+// (0..T-1 in every row, the executor's fast path).
+static inline const int32_t *eng_run_pos(const eng_data *d, const int32_t *pos) {
+  return eng_data_packed(d) ? pos : NULL;
+}
 
 // Data selection (select.c): set up from the spec at open (the offline band
 // restricts r->train; online selection allocates its state and opens the

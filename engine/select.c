@@ -9,11 +9,12 @@
 
 // Mean loss of each sequence of one batch (NAN: no counted token), by a
 // forward of r's model; its model and executed FLOPs added to *fm, *fx.
-static int score_batch(eng_run *r, const int32_t *ids, const int32_t *labels, double *mean, double *fm, double *fx,
-                       eng_err *e) {
+// pos: the batch's positions, NULL unless it is packed.
+static int score_batch(eng_run *r, const int32_t *ids, const int32_t *labels, const int32_t *pos, double *mean,
+                       double *fm, double *fx, eng_err *e) {
   const int B = r->spec.batch, T = r->spec.seq_len;
   eng_exec_result res;
-  int rc = eng_exec_score(r->exec, ids, labels, NULL, mean, r->spec.cancel, &res, e);
+  int rc = eng_exec_score(r->exec, ids, labels, pos, mean, r->spec.cancel, &res, e);
   if (rc) return rc;
   for (int b = 0; b < B; b++) {
     int n = 0;
@@ -56,10 +57,11 @@ int eng_run_select_open(eng_run *r, eng_err *e) {
   r->pool_cap = k;
   r->pool_ids = malloc((size_t)k * bt * sizeof(int32_t));
   r->pool_labels = malloc((size_t)k * bt * sizeof(int32_t));
+  r->pool_pos = malloc((size_t)k * bt * sizeof(int32_t));
   r->pool_samples = malloc((size_t)k * r->spec.batch * sizeof(uint64_t));
   r->pool_loss = malloc((size_t)k * r->spec.batch * sizeof(double));
   r->pool_pick = malloc((size_t)r->spec.batch * sizeof(int));
-  if (!r->pool_ids || !r->pool_labels || !r->pool_samples || !r->pool_loss || !r->pool_pick)
+  if (!r->pool_ids || !r->pool_labels || !r->pool_pos || !r->pool_samples || !r->pool_loss || !r->pool_pick)
     return eng_err_set(e, ENG_ENOMEM, "select: cannot allocate a pool of %d batches", k);
   if (s->rule != ENG_SELECT_REDUCIBLE) return 0;
   eng_spec rs;
@@ -86,6 +88,7 @@ void eng_run_select_close(eng_run *r) {
   eng_select_state_free(&r->sel);
   free(r->pool_ids);
   free(r->pool_labels);
+  free(r->pool_pos);
   free(r->pool_samples);
   free(r->pool_loss);
   free(r->pool_pick);
@@ -122,8 +125,10 @@ static int ref_scores(eng_run *r, int n, double *fm, double *fx, eng_err *e) {
       int src = todo[i + b < m ? i + b : m - 1];
       memcpy(r->ids + (size_t)b * T, r->pool_ids + (size_t)src * T, (size_t)T * sizeof(int32_t));
       memcpy(r->labels + (size_t)b * T, r->pool_labels + (size_t)src * T, (size_t)T * sizeof(int32_t));
+      memcpy(r->pos + (size_t)b * T, r->pool_pos + (size_t)src * T, (size_t)T * sizeof(int32_t));
     }
-    if ((rc = score_batch(r->ref, r->ids, r->labels, mean, fm, fx, e))) eng_err_prefix(e, "select.reference: ");
+    if ((rc = score_batch(r->ref, r->ids, r->labels, eng_run_pos(r->train, r->pos), mean, fm, fx, e)))
+      eng_err_prefix(e, "select.reference: ");
     for (int b = 0; !rc && b < B && i + b < m; b++) r->sel.ref[r->pool_samples[todo[i + b]]] = (float)mean[b];
   }
   free(todo);
@@ -138,11 +143,14 @@ int eng_run_select_batch(eng_run *r, eng_err *e) {
   int rc = 0;
   if (k == 1) { // the budget covers the data: no selection
     r->score_model = r->score_exec = 0;
-    return eng_data_next(r->train, B, r->ids, r->labels, e);
+    return eng_data_next_samples(r->train, B, r->ids, r->labels, r->pos, NULL, e);
   }
   for (int g = 0; !rc && g < k; g++) {
-    rc = eng_data_next_samples(r->train, B, r->pool_ids + g * bt, r->pool_labels + g * bt, r->pool_samples + g * B, e);
-    if (!rc) rc = score_batch(r, r->pool_ids + g * bt, r->pool_labels + g * bt, r->pool_loss + g * B, &fm, &fx, e);
+    rc = eng_data_next_samples(r->train, B, r->pool_ids + g * bt, r->pool_labels + g * bt, r->pool_pos + g * bt,
+                               r->pool_samples + g * B, e);
+    if (!rc)
+      rc = score_batch(r, r->pool_ids + g * bt, r->pool_labels + g * bt, eng_run_pos(r->train, r->pool_pos + g * bt),
+                       r->pool_loss + g * B, &fm, &fx, e);
   }
   if (!rc && r->spec.select.rule == ENG_SELECT_REDUCIBLE) rc = ref_scores(r, k * B, &fm, &fx, e);
   if (rc) return rc;
@@ -151,6 +159,7 @@ int eng_run_select_batch(eng_run *r, eng_err *e) {
   for (int b = 0; b < B; b++) {
     memcpy(r->ids + (size_t)b * T, r->pool_ids + (size_t)pick[b] * T, (size_t)T * sizeof(int32_t));
     memcpy(r->labels + (size_t)b * T, r->pool_labels + (size_t)pick[b] * T, (size_t)T * sizeof(int32_t));
+    memcpy(r->pos + (size_t)b * T, r->pool_pos + (size_t)pick[b] * T, (size_t)T * sizeof(int32_t));
   }
   r->score_model = fm;
   r->score_exec = fx;
@@ -186,9 +195,9 @@ int eng_run_select_load(eng_run *r, const eng_store *st, int64_t step, eng_err *
 }
 
 int eng_score_samples(eng_run *r, const char *data_path, float **out, uint64_t *count, double *flops, eng_err *e) {
-  const int B = r->spec.batch, T = r->spec.seq_len;
+  const int B = r->spec.batch;
   eng_data *d;
-  int rc = eng_data_open(&d, r->spec.fs, data_path, T, r->spec.config.vocab, r->spec.seed, 0, e);
+  int rc = eng_run_data_open(r, data_path, 0, &d, e);
   if (rc) return rc;
   uint64_t n = eng_data_file_samples(d);
   float *loss = malloc((n ? n : 1) * sizeof *loss);
@@ -197,8 +206,8 @@ int eng_score_samples(eng_run *r, const char *data_path, float **out, uint64_t *
   // In file order, a batch at a time; the last batch wraps to the start
   // (those repeats are not kept).
   for (uint64_t i = 0; !rc && i < n; i += (uint64_t)B) {
-    rc = eng_data_next(d, B, r->ids, r->labels, e);
-    if (!rc) rc = score_batch(r, r->ids, r->labels, mean, &fm, &fx, e);
+    rc = eng_data_next_samples(d, B, r->ids, r->labels, r->pos, NULL, e);
+    if (!rc) rc = score_batch(r, r->ids, r->labels, eng_run_pos(d, r->pos), mean, &fm, &fx, e);
     for (int b = 0; !rc && b < B && i + (uint64_t)b < n; b++) loss[i + (uint64_t)b] = (float)mean[b];
   }
   free(mean);

@@ -20,6 +20,30 @@
 // - anything else: plain text read by the byte-level tokenizer (token = byte
 //   value, see data/tokenizer.h); needs vocab >= 256. Loaded in memory.
 //
+// With a tokenizer (eng_data_opts.tok, engine/tok/tok.h) text comes in as
+// text (data_tok.c), the format chosen by content or by opts.format:
+// - plain text (any extension but .jsonl/.bin): one document;
+// - "*.jsonl" records {"text": string}: a document each;
+//   documents are encoded (with the post-processor's template, e.g. a BOS),
+//   an EOS appended to each, and the stream cut into windows of seq_len like
+//   a shard;
+// - "*.jsonl" chat records {"messages": [{"role", "content"}, ...]} or
+//   {"prompt": ..., "completion": ...} (strings, or lists of messages):
+//   rendered by the model's chat template (tok/chat.h); only assistant
+//   (completion) tokens count in the loss. A string pair is the prompt
+//   encoded with the template, then the completion and an EOS, the latter
+//   two counted. Records are truncated to seq_len (the count is reported).
+// Invalid UTF-8, a missing or mistyped field, an unknown role are refused
+// naming the file, the line and the field.
+//
+// Packing (opts.pack): records (chat, or input_ids JSONL) are packed several
+// to a sample, first fit in file order, each keeping its own positions
+// (restarting at 0) and attending only within itself (the executor's pos
+// input); the first label of each record is ENG_DATA_IGNORE so no record is
+// predicted from the one before it; the rest of a sample is padding (id 0,
+// label ENG_DATA_IGNORE). A packed data set must be read with positions
+// (eng_data_next_samples with pos).
+//
 // Pretraining sources (.bin and text) are cut into non-overlapping windows of
 // seq_len tokens; the tail shorter than seq_len is dropped. A window is both
 // the input_ids and the labels of its sample (the Hugging Face convention:
@@ -71,14 +95,59 @@ typedef struct eng_data_pos {
 int eng_data_open(eng_data **out, const eng_fs *fs, const char *path, int seq_len, int vocab, uint64_t seed,
                   int shuffle, eng_err *e);
 
+typedef enum eng_data_format {
+  ENG_DATA_AUTO = 0, // by extension, then by content (a JSONL file's first record's fields)
+  ENG_DATA_BIN,      // an llm.c shard
+  ENG_DATA_IDS,      // JSONL {"input_ids", "labels"}
+  ENG_DATA_TEXT,     // plain text, or JSONL {"text"}
+  ENG_DATA_CHAT,     // JSONL {"messages"} or {"prompt", "completion"}
+} eng_data_format;
+
+struct eng_tok;
+struct eng_chat;
+
+// Tells how far a long load has come (bytes of the file read and
+// tokenized); may be called often, from the opening thread.
+typedef void (*eng_data_progress_fn)(void *ctx, const char *path, uint64_t done, uint64_t total);
+
+typedef struct eng_data_opts {
+  int seq_len, vocab;
+  uint64_t seed;
+  int shuffle;
+  eng_data_format format;
+  const struct eng_tok *tok;   // text and chat need it; NULL: text through the byte-level tokenizer
+  const struct eng_chat *chat; // chat records need a recognised template
+  int32_t eos;                 // id appended to each text document and string completion; -1: none
+  int pack;                    // pack records several to a sample (see above)
+  // A directory where tokenized data is kept, keyed by the file's contents
+  // and everything that shaped its tokens (data_cache.c); NULL: none.
+  const char *cache_dir;
+  eng_data_progress_fn progress;
+  void *progress_ctx;
+} eng_data_opts;
+
+// eng_data_open with every option (the plain one: format AUTO, no
+// tokenizer, no packing, no cache).
+int eng_data_open_opts(eng_data **out, const eng_fs *fs, const char *path, const eng_data_opts *o, eng_err *e);
+
+// Whether samples are packed (positions restart inside them).
+int eng_data_packed(const eng_data *d);
+// What was loaded, in one line for a log ("1234 chat records, 56 truncated
+// to seq_len 512, packed into 300 samples (91.2% tokens), from the cache").
+const char *eng_data_summary(const eng_data *d);
+
 // Fills ids and labels, each [batch][seq_len] row-major, with the next batch
 // samples and advances the position, starting the next epoch (with its own
-// order) whenever one ends, even in the middle of a batch.
+// order) whenever one ends, even in the middle of a batch. A packed data set
+// needs eng_data_next_samples.
 int eng_data_next(eng_data *d, int batch, int32_t *ids, int32_t *labels, eng_err *e);
 
-// The same, and the file's index of each sample into samples[batch] (NULL:
-// not wanted): the number a score of the sample goes by.
-int eng_data_next_samples(eng_data *d, int batch, int32_t *ids, int32_t *labels, uint64_t *samples, eng_err *e);
+// The same, and each token's position into pos[batch][seq_len] (restarting
+// at 0 where a packed record starts; NULL: not wanted, which a packed data
+// set refuses), and the file's index of each sample into samples[batch]
+// (NULL: not wanted): the number a score of the sample goes by.
+int eng_data_next_samples(eng_data *d, int batch, int32_t *ids, int32_t *labels, int32_t *pos, uint64_t *samples,
+                          eng_err *e);
 
 // Serves only the file's samples i with keep[i] != 0 (keep has
 // eng_data_file_samples entries), in an order drawn as for the whole file,
@@ -97,8 +166,8 @@ int eng_data_pos_set(eng_data *d, const eng_data_pos *p, eng_err *e);
 // Samples per epoch: windows of a pretraining source, records of a JSONL
 // file (of them, those eng_data_keep kept).
 uint64_t eng_data_samples(const eng_data *d);
-// Tokens in the source: shard tokens, text bytes, or the sum of the JSONL
-// records' input_ids lengths before padding or truncation.
+// Tokens in the source: shard tokens, text bytes (tokens of a tokenized
+// text), or the sum of the records' lengths before padding or truncation.
 uint64_t eng_data_tokens(const eng_data *d);
 
 // Releases everything; d may be NULL.

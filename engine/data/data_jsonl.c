@@ -4,30 +4,34 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/json_file.h"
 #include "data/data_impl.h"
 
-// Growth state of the record arrays, which live in d as soon as they exist
-// so that eng_data_close frees them on any error.
-typedef struct jsonl_cap {
-  uint64_t toks;  // capacity of rec_ids and rec_labels
-  uint64_t recs;  // capacity of rec_off, in records (it holds recs + 1 offsets)
-} jsonl_cap;
-
-static int jsonl_reserve(eng_data *d, jsonl_cap *cap, uint64_t ntoks, eng_err *e) {
-  uint64_t nrec = d->nsamples, used = d->rec_off[nrec];
-  if (nrec == cap->recs) {
-    uint64_t n = cap->recs * 2;
+// The record arrays live in d as soon as they exist, so that
+// eng_data_close frees them on any error.
+static int rec_reserve(eng_data *d, uint64_t ntoks, eng_err *e) {
+  if (!d->rec_off) {
+    d->cap_recs = 64;
+    d->cap_toks = 4096;
+    d->rec_off = malloc((d->cap_recs + 1) * sizeof *d->rec_off);
+    d->rec_ids = malloc(d->cap_toks * sizeof *d->rec_ids);
+    d->rec_labels = malloc(d->cap_toks * sizeof *d->rec_labels);
+    if (!d->rec_off || !d->rec_ids || !d->rec_labels)
+      return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate the record arrays", d->path);
+    d->rec_off[0] = 0;
+  }
+  uint64_t nrec = d->nrec, used = d->rec_off[nrec];
+  if (nrec == d->cap_recs) {
+    uint64_t n = d->cap_recs * 2;
     uint64_t *off = realloc(d->rec_off, (n + 1) * sizeof *off);
     if (!off) return eng_err_set(e, ENG_ENOMEM, "%s: cannot grow the record table to %llu records", d->path,
                                  (unsigned long long)n);
     d->rec_off = off;
-    cap->recs = n;
+    d->cap_recs = n;
   }
-  if (used + ntoks > cap->toks) {
-    uint64_t n = cap->toks * 2 > used + ntoks ? cap->toks * 2 : used + ntoks;
+  if (used + ntoks > d->cap_toks) {
+    uint64_t n = d->cap_toks * 2 > used + ntoks ? d->cap_toks * 2 : used + ntoks;
     int32_t *ids = realloc(d->rec_ids, n * sizeof *ids);
     if (ids) d->rec_ids = ids;
     int32_t *labels = ids ? realloc(d->rec_labels, n * sizeof *labels) : NULL;
@@ -35,8 +39,23 @@ static int jsonl_reserve(eng_data *d, jsonl_cap *cap, uint64_t ntoks, eng_err *e
     if (!ids || !labels)
       return eng_err_set(e, ENG_ENOMEM, "%s: cannot grow the token arrays to %llu tokens", d->path,
                          (unsigned long long)n);
-    cap->toks = n;
+    d->cap_toks = n;
   }
+  return ENG_OK;
+}
+
+int eng_data_rec_add(eng_data *d, const int32_t *ids, const int32_t *labels, size_t n, eng_err *e) {
+  // Only the first seq_len tokens are ever served: keep just those.
+  size_t keep = n < (size_t)d->seq_len ? n : (size_t)d->seq_len;
+  int rc = rec_reserve(d, keep, e);
+  if (rc) return rc;
+  uint64_t at = d->rec_off[d->nrec];
+  memcpy(d->rec_ids + at, ids, keep * sizeof *ids);
+  memcpy(d->rec_labels + at, labels ? labels : ids, keep * sizeof *ids);
+  d->nrec++;
+  d->rec_off[d->nrec] = at + keep;
+  d->ntok += n;
+  d->ntrunc += keep < n;
   return ENG_OK;
 }
 
@@ -59,11 +78,14 @@ static int jsonl_check_ints(const eng_data *d, uint64_t line, const char *field,
   return ENG_OK;
 }
 
-static int jsonl_record(eng_data *d, jsonl_cap *cap, json_t *obj, uint64_t line, eng_err *e) {
+static int jsonl_record(eng_data *d, json_t *obj, uint64_t line, eng_err *e) {
   unsigned long long ln = (unsigned long long)line;
   if (!json_is_object(obj)) return eng_err_set(e, ENG_EINVAL, "%s: line %llu: not a JSON object", d->path, ln);
   json_t *ids = json_object_get(obj, "input_ids");
-  if (!ids) return eng_err_set(e, ENG_EINVAL, "%s: line %llu: field \"input_ids\" is missing", d->path, ln);
+  if (!ids) return eng_err_set(e, ENG_EINVAL,
+                                 "%s: line %llu: field \"input_ids\" is missing (a record holds \"input_ids\", "
+                                 "\"text\", \"messages\" or \"prompt\"/\"completion\")",
+                                 d->path, ln);
   if (!json_is_array(ids))
     return eng_err_set(e, ENG_EINVAL, "%s: line %llu: field \"input_ids\" is not an array", d->path, ln);
   size_t n = json_array_size(ids);
@@ -80,19 +102,16 @@ static int jsonl_record(eng_data *d, jsonl_cap *cap, json_t *obj, uint64_t line,
     rc = jsonl_check_ints(d, line, "labels", labels, 1, e);
     if (rc) return rc;
   }
-  // Only the first seq_len tokens are ever served: keep just those.
-  size_t keep = n < (size_t)d->seq_len ? n : (size_t)d->seq_len;
-  rc = jsonl_reserve(d, cap, keep, e);
-  if (rc) return rc;
-  uint64_t at = d->rec_off[d->nsamples];
-  for (size_t k = 0; k < keep; k++) {
-    d->rec_ids[at + k] = (int32_t)json_integer_value(json_array_get(ids, k));
-    d->rec_labels[at + k] = labels ? (int32_t)json_integer_value(json_array_get(labels, k)) : d->rec_ids[at + k];
+  int32_t *ri = malloc(2 * n * sizeof *ri);
+  if (!ri) return eng_err_set(e, ENG_ENOMEM, "%s: line %llu: cannot allocate %zu tokens", d->path, ln, n);
+  int32_t *rl = ri + n;
+  for (size_t k = 0; k < n; k++) {
+    ri[k] = (int32_t)json_integer_value(json_array_get(ids, k));
+    rl[k] = labels ? (int32_t)json_integer_value(json_array_get(labels, k)) : ri[k];
   }
-  d->nsamples++;
-  d->rec_off[d->nsamples] = at + keep;
-  d->ntok += n;
-  return ENG_OK;
+  rc = eng_data_rec_add(d, ri, rl, n, e);
+  free(ri);
+  return rc;
 }
 
 static int jsonl_blank(const char *s, size_t n) {
@@ -101,14 +120,7 @@ static int jsonl_blank(const char *s, size_t n) {
   return 1;
 }
 
-static int jsonl_parse(eng_data *d, const char *buf, size_t len, eng_err *e) {
-  jsonl_cap cap = {.toks = 4096, .recs = 64};
-  d->rec_off = malloc((cap.recs + 1) * sizeof *d->rec_off);
-  d->rec_ids = malloc(cap.toks * sizeof *d->rec_ids);
-  d->rec_labels = malloc(cap.toks * sizeof *d->rec_labels);
-  if (!d->rec_off || !d->rec_ids || !d->rec_labels)
-    return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate the record arrays", d->path);
-  d->rec_off[0] = 0;
+int eng_data_jsonl_parse(eng_data *d, const char *buf, size_t len, eng_err *e) {
   uint64_t line = 0;
   for (const char *p = buf, *end = buf + len; p < end; line++) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -121,21 +133,10 @@ static int jsonl_parse(eng_data *d, const char *buf, size_t len, eng_err *e) {
     if (!obj)
       return eng_err_set(e, ENG_EINVAL, "%s: line %llu: not valid JSON at column %d: %s", d->path,
                          (unsigned long long)line + 1, jerr.column, eng_json_fault(&jerr));
-    int rc = jsonl_record(d, &cap, obj, line + 1, e);
+    int rc = jsonl_record(d, obj, line + 1, e);
     json_decref(obj);
     if (rc) return rc;
   }
-  if (d->nsamples == 0) return eng_err_set(e, ENG_EINVAL, "%s: no records, only blank lines", d->path);
+  if (d->nrec == 0) return eng_err_set(e, ENG_EINVAL, "%s: no records, only blank lines", d->path);
   return ENG_OK;
-}
-
-int eng_data_jsonl_load(eng_data *d, int fd, eng_err *e) {
-  char *buf;
-  size_t len;
-  int rc = eng_data_file_read(d, fd, &buf, &len, e);
-  close(fd);
-  if (rc) return rc;
-  rc = len == 0 ? eng_err_set(e, ENG_EINVAL, "%s: empty file", d->path) : jsonl_parse(d, buf, len, e);
-  free(buf);
-  return rc;
 }

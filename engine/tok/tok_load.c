@@ -139,7 +139,7 @@ static int load_pre(eng_tok *t, const json_t *p, const char *where, eng_err *e) 
   if (!strcmp(ty, "Split")) return load_split(t, p, where, e);
   if (!strcmp(ty, "ByteLevel")) {
     tok_pre *s = NULL;
-    int rc = add_pre(t, where, &s, e), use_regex;
+    int rc = add_pre(t, where, &s, e), use_regex = 1;
     if (rc) return rc;
     s->kind = TOK_PRE_BYTELEVEL;
     if ((rc = get_bool(t, p, "add_prefix_space", where, 1, &s->add_prefix_space, e))) return rc;
@@ -331,7 +331,7 @@ static int load_model(eng_tok *t, const json_t *m, eng_err *e) {
     if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
       return eng_err_set(e, ENG_ENOTSUP, "%s: model.%s is not implemented", t->name, affix[i]);
   }
-  int fb, rc;
+  int fb = 0, rc;
   if ((rc = get_bool(t, m, "byte_fallback", "model", 0, &fb, e))) return rc;
   if (fb) return eng_err_set(e, ENG_ENOTSUP, "%s: model.byte_fallback (a SentencePiece-style BPE) is not implemented",
                              t->name);

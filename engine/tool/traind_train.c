@@ -30,7 +30,19 @@ static void usage(FILE *f) {
           "  --vocab N --d N --layers N --heads N --kv-heads N --head-dim N --ffn N\n"
           "  --tie               tie the embedding and the head\n"
           "data:\n"
-          "  --data PATH         .bin shard, .jsonl records, or text (byte tokens)\n"
+          "  --data PATH         .bin shard, .jsonl records (input_ids, text, or chat:\n"
+          "                      messages / prompt+completion), or plain text; text and chat\n"
+          "                      are tokenized with --model-dir's tokenizer.json (without one,\n"
+          "                      text is read byte by byte)\n"
+          "  --format F          auto (default: by extension and content), bin, input_ids,\n"
+          "                      text, chat\n"
+          "  --tokenizer DIR     tokenizer.json and tokenizer_config.json from DIR, not --model-dir\n"
+          "  --chat-template T   chatml or llama3: render chat with this template (default: the\n"
+          "                      one tokenizer_config.json holds, if it is one of these)\n"
+          "  --no-pack           one record per sequence, padded (default: records packed several\n"
+          "                      to a sequence, each attending only within itself)\n"
+          "  --data-cache DIR    keep tokenized data in DIR and reuse it while file and tokenizer\n"
+          "                      are unchanged\n"
           "  --eval PATH         held-out file; --eval-every N steps (default 0 = never),\n"
           "                      --eval-batches N batches each time (default 4)\n"
           "  --seq N             sequence length (default 256)\n"
@@ -299,7 +311,8 @@ int main(int argc, char **argv) {
          O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_PLAN, O_CALIBRATE, O_TIMELINE,
          O_METHOD, O_POET_BLOCK, O_POET_MERGE, O_POET_LR, O_POET_MEMORY, O_POET_BASE, O_MAX_TOKENS, O_MAX_FLOPS,
          O_MAX_WALL, O_GAIN_TAU, O_GAIN_PATIENCE, O_GAIN_WINDOW, O_GL_ALPHA, O_PEAK, O_SELECT, O_SELECT_POOL,
-         O_SELECT_ADAPTIVE, O_SELECT_REF, O_SELECT_BAND, O_SCORE, O_EVAL_BATCHES, O_HELP };
+         O_SELECT_ADAPTIVE, O_SELECT_REF, O_SELECT_BAND, O_SCORE, O_EVAL_BATCHES, O_FORMAT, O_TOKENIZER, O_CHAT,
+         O_NO_PACK, O_DATA_CACHE, O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
       {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
@@ -321,7 +334,8 @@ int main(int argc, char **argv) {
       {"gain-window", 1, 0, O_GAIN_WINDOW}, {"gl-alpha", 1, 0, O_GL_ALPHA}, {"peak-flops", 1, 0, O_PEAK},
       {"select", 1, 0, O_SELECT}, {"select-pool", 1, 0, O_SELECT_POOL}, {"select-adaptive", 0, 0, O_SELECT_ADAPTIVE},
       {"select-reference", 1, 0, O_SELECT_REF}, {"select-band", 1, 0, O_SELECT_BAND}, {"score", 1, 0, O_SCORE},
-      {"eval-batches", 1, 0, O_EVAL_BATCHES},
+      {"eval-batches", 1, 0, O_EVAL_BATCHES}, {"format", 1, 0, O_FORMAT}, {"tokenizer", 1, 0, O_TOKENIZER},
+      {"chat-template", 1, 0, O_CHAT}, {"no-pack", 0, 0, O_NO_PACK}, {"data-cache", 1, 0, O_DATA_CACHE},
       {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -353,6 +367,22 @@ int main(int argc, char **argv) {
     case O_TIE: s.config.tie_embeddings = 1; break;
     case O_DATA: s.train_path = optarg; break;
     case O_EVAL: s.eval_path = optarg; break;
+    case O_FORMAT: { // names in eng_data_format order
+      static const char *const names[] = {"auto", "bin", "input_ids", "text", "chat"};
+      int k = pick("format", optarg, names, 5);
+      if (k < 0) return 2;
+      s.data_format = (eng_data_format)k;
+      break;
+    }
+    case O_TOKENIZER: s.tokenizer_dir = optarg; break;
+    case O_CHAT: {
+      static const char *const names[] = {"chatml", "llama3"};
+      if (pick("chat-template", optarg, names, 2) < 0) return 2;
+      s.chat_template = optarg;
+      break;
+    }
+    case O_NO_PACK: s.no_pack = 1; break;
+    case O_DATA_CACHE: s.data_cache = optarg; break;
     case O_EVAL_EVERY: s.eval_every = atoi(optarg); break;
     case O_SEQ: s.seq_len = atoi(optarg), g.seq = 1; break;
     case O_BATCH: s.batch = atoi(optarg), g.batch = 1; break;

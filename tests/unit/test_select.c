@@ -56,7 +56,7 @@ static void test_band(void) {
   int32_t ids[64], labels[64];
   for (uint64_t i = 0; i < kept; i++) {
     uint64_t s;
-    CHECK_OK(eng_data_next_samples(d, 1, ids, labels, &s, &e), &e);
+    CHECK_OK(eng_data_next_samples(d, 1, ids, labels, NULL, &s, &e), &e);
     CHECK(s < N && k[s] && !hit[s], "sample %llu served (kept %d, seen before %d)", (unsigned long long)s, k[s], hit[s]);
     hit[s] = 1;
     seen++;
