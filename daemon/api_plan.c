@@ -115,7 +115,7 @@ void api_plan(srv_call *c, ProtobufCMessage *req) {
   owner_access_of(srv_call_caller(c), &who);
   val_roots roots = {d->cfg.roots, d->cfg.n_roots, &who};
   eng_config model;
-  spec_defaults def = {d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes};
+  spec_defaults def = {d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes, NULL};
   plan_ctx *x = calloc(1, sizeof *x);
   if (!x) {
     srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory for a plan");

@@ -75,7 +75,7 @@ void api_submit(srv_call *c, ProtobufCMessage *req) {
   val_roots roots = {d->cfg.roots, d->cfg.n_roots, &who};
   eng_config model;
   spec_plan plan;
-  spec_defaults def = {d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes};
+  spec_defaults def = {d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes, NULL};
   if (val_submit(r, &roots, &e) || spec_model_config(r->spec, &roots, &model, &e) ||
       spec_plan_build(r->spec, &model, &def, NULL, &plan, &e)) {
     api_refuse(c, &e);

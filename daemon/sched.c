@@ -69,7 +69,7 @@ int sched_set_state(traind *d, job *j, job_state st, const char *reason) {
 }
 
 static spec_defaults defaults_of(const traind *d) {
-  return (spec_defaults){d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes};
+  return (spec_defaults){d->cfg.checkpoint_every, d->cfg.checkpoint_keep, d->cfg.cpu_memory_bytes, d->cfg.state_dir};
 }
 
 static void fail(traind *d, job *j, const char *msg) {

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/hf_io.h"
 #include "owner.h"
@@ -96,6 +97,7 @@ void spec_plan_free(spec_plan *p) {
   free(p->model_dir);
   free(p->train_path);
   free(p->eval_path);
+  free(p->data_cache);
   free(p->ref_dir);
   free(p->band_file);
   free(p->plan_json);
@@ -148,6 +150,9 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
   const T(DataSpec) *dt = s->data;
   g->eval_every = dt->eval_every;
   g->eval_batches = dt->eval_batches ? dt->eval_batches : 4;
+  g->data_format = (eng_data_format)dt->format; // the enums share their order
+  g->chat_template = *dt->chat_template ? dt->chat_template : NULL;
+  g->no_pack = dt->no_pack;
 
   const T(BudgetSpec) *bs = s->budget;
   if (bs) {
@@ -258,5 +263,18 @@ int spec_plan_build(const T(JobSpec) *s, const eng_config *c, const spec_default
   g->train_path = p->train_path;
   g->eval_path = p->eval_path;
   g->fs = p->fs;
+  // Each owner has a directory of tokenized data of their own: a cache
+  // entry is found by a digest of the file, which one user could forge to
+  // poison another's.
+  if (d->state_dir) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/tokens/%lu", d->state_dir,
+             (unsigned long)(roots->who && roots->who->set ? roots->who->uid : getuid()));
+    if (!(p->data_cache = strdup(dir))) {
+      spec_plan_free(p);
+      return fail(e, GRPC_STATUS_RESOURCE_EXHAUSTED, "spec.data", "out of memory");
+    }
+    g->data_cache = p->data_cache;
+  }
   return 0;
 }

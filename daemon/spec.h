@@ -12,6 +12,7 @@
 typedef struct spec_defaults {
   int ckpt_every, ckpt_keep;
   int64_t cpu_memory_bytes;
+  const char *state_dir; // tokenized data is kept under <state_dir>/tokens/<owner uid>; NULL: not kept
 } spec_defaults;
 
 // The engine's view of a job. eng's strings point into the JobSpec or into
@@ -22,6 +23,7 @@ typedef struct spec_plan {
   int ckpt_every, ckpt_keep;
   char *model_dir, *train_path, *eval_path; // resolved, or NULL
   char *ref_dir, *band_file; // data selection's (spec.select), resolved, or NULL
+  char *data_cache;       // the owner's tokenized-data directory (eng.data_cache), or NULL
   eng_fs *fs;             // the roots the engine opens them under (eng.fs), or NULL
   int use_planner;        // spec.device.plan: the planner chooses the policy
   char *plan_json;        // the plan already made for the job (a resume), or NULL

@@ -252,6 +252,9 @@ static int val_data(const T(DataSpec) *d, const char *p, const val_roots *roots,
   if (range(d->eval_every, 0, 1000000000, p, "eval_every", e) || range(d->eval_batches, 0, 10000, p, "eval_batches", e))
     return -1;
   if (d->eval_every && !*d->eval_path) return bad(e, "%s.eval_every: needs eval_path", p);
+  if (range((int64_t)d->format, 0, 4, p, "format", e)) return -1;
+  if (*d->chat_template && strcmp(d->chat_template, "chatml") && strcmp(d->chat_template, "llama3"))
+    return bad(e, "%s.chat_template: must be \"chatml\" or \"llama3\" (or empty, to recognise the model's)", p);
   return 0;
 }
 
