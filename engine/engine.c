@@ -273,7 +273,8 @@ int eng_cpu_gemm_route(const char **name, const char **blas_core, eng_err *e) {
 // The tokenizer of tokenizer_dir (else model_dir): its tokenizer.json and
 // tokenizer_config.json. A model directory without one leaves r->tok NULL
 // (text is then read byte by byte, chat refused); a tokenizer_dir without
-// one is an error.
+// one is an error. One that cannot be read (a SentencePiece model, say)
+// fails only data that needs it, with the reason: pre-tokenized data trains.
 static int run_tok_open(eng_run *r, eng_err *e) {
   const eng_spec *s = &r->spec;
   const char *dir = s->tokenizer_dir ? s->tokenizer_dir : s->model_dir;
@@ -288,10 +289,20 @@ static int run_tok_open(eng_run *r, eng_err *e) {
            : s->chat_template ? eng_err_set(e, ENG_EINVAL, "chat_template: %s holds no tokenizer.json", dir)
                               : 0;
   close(fd);
-  if ((rc = eng_tok_load(&r->tok, s->fs, path, e))) return rc;
-  if ((rc = eng_chat_load(&r->chat, s->fs, dir, s->chat_template, e))) return rc;
-  if (r->chat.eos && (r->eos = eng_tok_id(r->tok, r->chat.eos)) < 0)
-    return eng_err_set(e, ENG_EINVAL, "%s/tokenizer_config.json: eos_token is not a token of tokenizer.json", dir);
+  eng_err te = {0};
+  if ((rc = eng_tok_load(&r->tok, s->fs, path, &te)) == 0 && (rc = eng_chat_load(&r->chat, s->fs, dir, s->chat_template, &te)) == 0 &&
+      r->chat.eos && (r->eos = eng_tok_id(r->tok, r->chat.eos)) < 0)
+    rc = eng_err_set(&te, ENG_EINVAL, "%s/tokenizer_config.json: eos_token is not a token of tokenizer.json", dir);
+  if (!rc) return 0;
+  if (rc == ENG_ENOMEM || rc == ENG_EIO) {
+    *e = te;
+    return rc;
+  }
+  snprintf(r->no_tok, sizeof r->no_tok, "%s", te.msg);
+  eng_tok_free(r->tok);
+  r->tok = NULL;
+  eng_chat_free(&r->chat);
+  r->eos = -1;
   return 0;
 }
 
@@ -315,7 +326,8 @@ int eng_run_data_open(eng_run *r, const char *path, int shuffle, eng_data **d, e
   const eng_spec *s = &r->spec;
   data_note dn = {s, 0};
   eng_data_opts o = {.seq_len = s->seq_len, .vocab = s->config.vocab, .seed = s->seed, .shuffle = shuffle,
-                     .format = s->data_format, .tok = r->tok, .chat = r->tok ? &r->chat : NULL, .eos = r->eos,
+                     .format = s->data_format, .tok = r->tok, .no_tok = r->no_tok[0] ? r->no_tok : NULL,
+                     .chat = r->tok ? &r->chat : NULL, .eos = r->eos,
                      .pack = !s->no_pack, .cache_dir = s->data_cache, .progress = data_progress,
                      .progress_ctx = &dn};
   int rc = eng_data_open_opts(d, s->fs, path, &o, e);

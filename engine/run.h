@@ -21,6 +21,7 @@ struct eng_run {
   eng_exec *exec;
   eng_data *train, *eval;
   struct eng_tok *tok;    // tokenizer_dir's (model_dir's) tokenizer.json, or NULL
+  char no_tok[512];       // when NULL and there was one: why it could not be read
   eng_chat chat;          // and its tokenizer_config.json
   int32_t eos;            // its eos_token's id, -1: none
   int32_t *ids, *labels, *pos; // one batch (pos: its positions, for packed data)

@@ -65,8 +65,8 @@ static int data_load_buf(eng_data *d, const eng_data_opts *o, eng_data_format f,
   if (f == ENG_DATA_TEXT && !jsonl && !o->tok) return eng_data_text_load(d, buf, len, e);
   if (f == ENG_DATA_IDS) return eng_data_jsonl_parse(d, buf, len, e);
   if (!o->tok)
-    return eng_err_set(e, ENG_EINVAL, "%s: %s data needs a tokenizer (a model directory with tokenizer.json)",
-                       d->path, format_name(f));
+    return eng_err_set(e, ENG_EINVAL, "%s: %s data needs a tokenizer: %s", d->path, format_name(f),
+                       o->no_tok ? o->no_tok : "a model directory with a tokenizer.json");
   uint64_t key = 0;
   if (o->cache_dir) {
     key = eng_data_cache_key(o, buf, len);

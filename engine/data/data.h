@@ -116,6 +116,7 @@ typedef struct eng_data_opts {
   int shuffle;
   eng_data_format format;
   const struct eng_tok *tok;   // text and chat need it; NULL: text through the byte-level tokenizer
+  const char *no_tok;          // when tok is NULL: why there is none (in the message refusing chat)
   const struct eng_chat *chat; // chat records need a recognised template
   int32_t eos;                 // id appended to each text document and string completion; -1: none
   int pack;                    // pack records several to a sample (see above)

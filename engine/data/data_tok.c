@@ -3,6 +3,7 @@
 // record is checked here, before the first step; errors name the file, the
 // line and the field.
 #include <jansson.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,20 +45,8 @@ static size_t chunk_end(const char *buf, size_t len, size_t from) {
 }
 
 static int push_ids(eng_tok_ids *v, const int32_t *ids, int n) {
-  for (int i = 0; i < n; i++) {
-    if (v->n == v->cap) {
-      size_t cap = v->cap ? 2 * v->cap : 4096;
-      int32_t *p = realloc(v->ids, cap * sizeof *p);
-      if (!p) return ENG_ENOMEM;
-      v->ids = p;
-      uint32_t *o = realloc(v->off, cap * sizeof *o);
-      if (!o) return ENG_ENOMEM;
-      v->off = o;
-      v->cap = cap;
-    }
-    v->off[v->n] = 0;
-    v->ids[v->n++] = ids[i];
-  }
+  for (int i = 0; i < n; i++)
+    if (eng_tok_ids_push(v, ids[i], 0)) return ENG_ENOMEM;
   return ENG_OK;
 }
 
@@ -102,13 +91,15 @@ nomem:
   return eng_err_set(e, ENG_ENOMEM, "%s: cannot grow the token stream", d->path);
 }
 
-// Calls fn on each non-blank line's JSON object with its 1-based number.
+// Calls fn on each non-blank line's JSON object with its 1-based number;
+// buf[0..len) starts at line line0 + 1. scale: the progress callback's
+// factor (the block's share of the file), 0 for none.
 typedef int (*line_fn)(eng_data *d, const eng_data_opts *o, eng_tok_enc *enc, json_t *obj, unsigned long long line,
                        void *ctx, eng_err *e);
 
-static int each_line(eng_data *d, const eng_data_opts *o, eng_tok_enc *enc, const char *buf, size_t len, line_fn fn,
-                     void *ctx, eng_err *e) {
-  unsigned long long line = 0;
+static int each_line(eng_data *d, const eng_data_opts *o, eng_tok_enc *enc, const char *buf, size_t len,
+                     unsigned long long line0, int scale, line_fn fn, void *ctx, eng_err *e) {
+  unsigned long long line = line0;
   for (const char *p = buf, *end = buf + len; p < end;) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
@@ -127,7 +118,8 @@ static int each_line(eng_data *d, const eng_data_opts *o, eng_tok_enc *enc, cons
                                  : eng_err_set(e, ENG_EINVAL, "%s: line %llu: not a JSON object", d->path, line);
     json_decref(obj);
     if (rc) return rc;
-    if (o->progress && (line & 1023) == 0) o->progress(o->progress_ctx, d->path, (uint64_t)(p - buf), len);
+    if (scale && o->progress && (line & 1023) == 0)
+      o->progress(o->progress_ctx, d->path, (uint64_t)(p - buf) * (uint64_t)scale, len * (uint64_t)scale);
   }
   return ENG_OK;
 }
@@ -143,14 +135,89 @@ static int text_line(eng_data *d, const eng_data_opts *o, eng_tok_enc *enc, json
   return text_doc(d, o, enc, json_string_value(t), json_string_length(t), &where, ctx, e);
 }
 
-int eng_data_tok_text(eng_data *d, const eng_data_opts *o, const char *buf, size_t len, int jsonl, eng_err *e) {
+// A JSONL file is cut into blocks of whole lines, one per thread, each
+// tokenized into a data set of its own by its own encoder and then joined
+// in order; the first error in the file (the first of the first block that
+// has one) is the one reported.
+typedef struct block {
+  const char *p;
+  size_t n;
+  unsigned long long line0; // lines before the block
+  eng_data part;            // its records (chat), path etc. shared with d
+  eng_tok_ids out;          // its token stream (text)
+  int rc;
+  eng_err err;
+} block;
+
+typedef int (*block_fn)(eng_data *part, const eng_data_opts *o, block *b, int scale);
+
+static int run_blocks(eng_data *d, const eng_data_opts *o, const char *buf, size_t len, block_fn fn, block **out,
+                      int *nout, eng_err *e) {
+  int k = len > (1u << 20) ? omp_get_max_threads() : 1;
+  block *bs = calloc((size_t)k, sizeof *bs);
+  if (!bs) return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate the tokenizing threads", d->path);
+  size_t at = 0;
+  unsigned long long line = 0;
+  for (int i = 0; i < k; i++) {
+    size_t end = i == k - 1 ? len : at + (len - at) / (size_t)(k - i);
+    while (end < len && buf[end - 1] != '\n') end++;
+    bs[i].p = buf + at;
+    bs[i].n = end - at;
+    bs[i].line0 = line;
+    for (size_t j = at; j < end; j++) line += buf[j] == '\n';
+    bs[i].part = (eng_data){.path = d->path, .seq_len = d->seq_len, .vocab = d->vocab, .fd = -1};
+    at = end;
+  }
+#pragma omp parallel for schedule(static, 1) num_threads(k)
+  for (int i = 0; i < k; i++) bs[i].rc = fn(&bs[i].part, o, &bs[i], i == 0 ? k : 0);
+  *out = bs;
+  *nout = k;
+  for (int i = 0; i < k; i++)
+    if (bs[i].rc) {
+      *e = bs[i].err;
+      return bs[i].rc;
+    }
+  return ENG_OK;
+}
+
+static void blocks_free(block *bs, int k) {
+  for (int i = 0; bs && i < k; i++) {
+    free(bs[i].part.rec_ids);
+    free(bs[i].part.rec_labels);
+    free(bs[i].part.rec_off);
+    eng_tok_ids_free(&bs[i].out);
+  }
+  free(bs);
+}
+
+static int text_block(eng_data *part, const eng_data_opts *o, block *b, int scale) {
   eng_tok_enc *enc;
-  int rc = eng_tok_enc_new(&enc, o->tok, e);
+  int rc = eng_tok_enc_new(&enc, o->tok, &b->err);
   if (rc) return rc;
-  eng_tok_ids out = {0};
-  doc_at where = {buf, 0};
-  rc = jsonl ? each_line(d, o, enc, buf, len, text_line, &out, e) : text_doc(d, o, enc, buf, len, &where, &out, e);
+  rc = each_line(part, o, enc, b->p, b->n, b->line0, scale, text_line, &b->out, &b->err);
   eng_tok_enc_free(enc);
+  return rc;
+}
+
+int eng_data_tok_text(eng_data *d, const eng_data_opts *o, const char *buf, size_t len, int jsonl, eng_err *e) {
+  eng_tok_ids out = {0};
+  int rc;
+  if (jsonl) {
+    block *bs = NULL;
+    int k = 0;
+    rc = run_blocks(d, o, buf, len, text_block, &bs, &k, e);
+    for (int i = 0; !rc && i < k; i++)
+      for (size_t j = 0; !rc && j < bs[i].out.n; j++)
+        if (eng_tok_ids_push(&out, bs[i].out.ids[j], 0))
+          rc = eng_err_set(e, ENG_ENOMEM, "%s: cannot grow the token stream", d->path);
+    blocks_free(bs, k);
+  } else {
+    eng_tok_enc *enc;
+    if ((rc = eng_tok_enc_new(&enc, o->tok, e))) return rc;
+    doc_at where = {buf, 0};
+    rc = text_doc(d, o, enc, buf, len, &where, &out, e);
+    eng_tok_enc_free(enc);
+  }
   if (!rc && out.n == 0) rc = eng_err_set(e, ENG_EINVAL, "%s: no documents, only blank lines", d->path);
   free(out.off);
   if (rc) {
@@ -272,17 +339,37 @@ labels:
   return eng_data_rec_add(d, cx->ids.ids, cx->labels, cx->ids.n, e);
 }
 
-int eng_data_tok_chat(eng_data *d, const eng_data_opts *o, const char *buf, size_t len, eng_err *e) {
+static int chat_block(eng_data *part, const eng_data_opts *o, block *b, int scale) {
   eng_tok_enc *enc;
-  int rc = eng_tok_enc_new(&enc, o->tok, e);
+  int rc = eng_tok_enc_new(&enc, o->tok, &b->err);
   if (rc) return rc;
   chat_ctx cx = {0};
-  rc = each_line(d, o, enc, buf, len, chat_line, &cx, e);
+  rc = each_line(part, o, enc, b->p, b->n, b->line0, scale, chat_line, &cx, &b->err);
   eng_tok_enc_free(enc);
-  if (!rc && d->nrec == 0) rc = eng_err_set(e, ENG_EINVAL, "%s: no records, only blank lines", d->path);
   free(cx.msgs);
   eng_tok_ids_free(&cx.ids);
   free(cx.mask);
   free(cx.labels);
   return rc;
+}
+
+int eng_data_tok_chat(eng_data *d, const eng_data_opts *o, const char *buf, size_t len, eng_err *e) {
+  block *bs = NULL;
+  int k = 0;
+  int rc = run_blocks(d, o, buf, len, chat_block, &bs, &k, e);
+  uint64_t ntok = 0, ntrunc = 0;
+  for (int i = 0; !rc && i < k; i++) {
+    const eng_data *p = &bs[i].part;
+    for (uint64_t r = 0; !rc && r < p->nrec; r++)
+      rc = eng_data_rec_add(d, p->rec_ids + p->rec_off[r], p->rec_labels + p->rec_off[r],
+                            p->rec_off[r + 1] - p->rec_off[r], e);
+    ntok += p->ntok;
+    ntrunc += p->ntrunc;
+  }
+  blocks_free(bs, k);
+  if (rc) return rc;
+  d->ntok = ntok; // the records' lengths before they were cut
+  d->ntrunc = ntrunc;
+  if (d->nrec == 0) return eng_err_set(e, ENG_EINVAL, "%s: no records, only blank lines", d->path);
+  return ENG_OK;
 }

@@ -117,8 +117,19 @@ int eng_chat_load(eng_chat *c, const eng_fs *fs, const char *dir, const char *fo
   if (rc < 0) return rc;
   json_t *root = NULL;
   if (rc == 0) {
+    // Read with big integers as reals: transformers writes model_max_length
+    // as int(1e30), past any int64.
+    char *buf;
+    size_t len;
+    rc = eng_fs_read_all(fd, path, &buf, &len, e);
     close(fd);
-    if ((rc = eng_json_load(fs, path, &root, e))) return rc;
+    if (rc) return rc;
+    json_error_t jerr;
+    root = json_loadb(buf, len, JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
+    if (!root)
+      return eng_err_set(e, ENG_EINVAL, "%s: not valid JSON at line %d, column %d (byte %d): %s", path, jerr.line,
+                         jerr.column, jerr.position, eng_json_fault(&jerr));
   }
   const char *tmpl = NULL;
   const json_t *t = root ? json_object_get(root, "chat_template") : NULL;

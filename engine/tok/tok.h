@@ -89,6 +89,8 @@ size_t eng_tok_utf8_valid(const char *s, size_t n);
 // String::from_utf8_lossy do): malloc'd, NUL-terminated, *len without it.
 int eng_tok_utf8_repair(const char *s, size_t n, char **out, size_t *len, eng_err *e);
 
+// Appends one id (at byte offset off); 0 or ENG_ENOMEM.
+int eng_tok_ids_push(eng_tok_ids *v, int32_t id, uint32_t off);
 void eng_tok_ids_free(eng_tok_ids *v);
 
 #endif

@@ -143,7 +143,7 @@ static int cache_vals_grow(eng_tok_enc *enc, size_t need) {
 
 static int emit(eng_tok_ids *out, const int32_t *ids, const uint32_t *lens, uint32_t n, uint32_t off) {
   for (uint32_t k = 0; k < n; k++) {
-    if (tok_ids_push(out, ids[k], off)) return ENG_ENOMEM;
+    if (eng_tok_ids_push(out, ids[k], off)) return ENG_ENOMEM;
     off += lens[k];
   }
   return ENG_OK;
@@ -160,7 +160,7 @@ int tok_bpe(eng_tok_enc *enc, const tok_piece *pc, eng_tok_ids *out, eng_err *e)
     size_t w = 0;
     for (size_t i = 0; i < n; i++) w += (size_t)tok_utf8_put(tok_byte_char(p[i]), enc->mapped + w);
     int32_t id = tok_strmap_get(&t->vocab, enc->mapped, w);
-    if (id >= 0) return tok_ids_push(out, id, pc->off) ? eng_err_set(e, ENG_ENOMEM, "%s: out of memory", t->name) : 0;
+    if (id >= 0) return eng_tok_ids_push(out, id, pc->off) ? eng_err_set(e, ENG_ENOMEM, "%s: out of memory", t->name) : 0;
   }
   tok_cache_entry *slot = NULL;
   uint64_t h = 0;
@@ -178,7 +178,7 @@ int tok_bpe(eng_tok_enc *enc, const tok_piece *pc, eng_tok_ids *out, eng_err *e)
   size_t start = out->n;
   uint32_t off = pc->off;
   for (int32_t i = m ? 0 : -1; i >= 0; i = enc->sym[i].next) {
-    if (tok_ids_push(out, enc->sym[i].id, off)) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", t->name);
+    if (eng_tok_ids_push(out, enc->sym[i].id, off)) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", t->name);
     off += enc->sym[i].len;
   }
   if (!slot) return ENG_OK;

@@ -73,7 +73,7 @@ int eng_tok_encode(eng_tok_enc *enc, const char *text, size_t n, int add_special
   int rc;
   if (add_special)
     for (int i = 0; i < t->n_tmpl_pre; i++)
-      if (tok_ids_push(out, t->tmpl_pre[i], 0)) goto nomem;
+      if (eng_tok_ids_push(out, t->tmpl_pre[i], 0)) goto nomem;
   if (tok_added_split(t, 0, text, n, 0, next)) goto nomem;
   if ((rc = normalize_pieces(enc, next, cur, e))) return rc;
   for (int s = 0; s < t->n_pre; s++) {
@@ -86,7 +86,7 @@ int eng_tok_encode(eng_tok_enc *enc, const char *text, size_t n, int add_special
   for (size_t i = 0; i < cur->n; i++) {
     const tok_piece *pc = &cur->v[i];
     if (pc->added >= 0) {
-      if (tok_ids_push(out, pc->added, pc->off)) goto nomem;
+      if (eng_tok_ids_push(out, pc->added, pc->off)) goto nomem;
       continue;
     }
     if (!pc->len) continue;
@@ -97,7 +97,7 @@ int eng_tok_encode(eng_tok_enc *enc, const char *text, size_t n, int add_special
   }
   if (add_special)
     for (int i = 0; i < t->n_tmpl_post; i++)
-      if (tok_ids_push(out, t->tmpl_post[i], (uint32_t)n)) goto nomem;
+      if (eng_tok_ids_push(out, t->tmpl_post[i], (uint32_t)n)) goto nomem;
   return ENG_OK;
 nomem:
   return eng_err_set(e, ENG_ENOMEM, "%s: out of memory encoding %zu bytes", t->name, n);

@@ -198,6 +198,5 @@ int tok_pre_run(eng_tok_enc *enc, const tok_pre *s, const tok_pieces *in, tok_pi
 // Appends the BPE tokens of one pre-token to out.
 int tok_bpe(eng_tok_enc *enc, const tok_piece *pc, eng_tok_ids *out, eng_err *e);
 
-int tok_ids_push(eng_tok_ids *v, int32_t id, uint32_t off);
 
 #endif

@@ -140,7 +140,7 @@ void tok_arena_free(tok_arena *a) {
   memset(a, 0, sizeof *a);
 }
 
-int tok_ids_push(eng_tok_ids *v, int32_t id, uint32_t off) {
+int eng_tok_ids_push(eng_tok_ids *v, int32_t id, uint32_t off) {
   if (v->n == v->cap) {
     size_t cap = v->cap ? 2 * v->cap : 256;
     int32_t *ids = realloc(v->ids, cap * sizeof *ids);

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "check.h"
 #include "data/data.h"
 #include "tmpdir.h"
@@ -191,6 +193,46 @@ static void test_cache(void) {
   printf("cache: a hit gives the same samples; a damaged file is tokenized again\n");
 }
 
+// A file over a megabyte is tokenized by every thread, a block of lines
+// each: the same samples as one thread, and the first bad line of the file
+// named, wherever its block is.
+static void test_threads(void) {
+  eng_err e = {0};
+  const char *path = tmp_path("big.jsonl"), *bad_path = tmp_path("bigbad.jsonl");
+  FILE *f = fopen(path, "w"), *g = fopen(bad_path, "w");
+  size_t lines = 0;
+  while (ftell(f) < (3 << 19)) {
+    fputs(CHAT, f);
+    fputs(CHAT, g);
+    lines += 5;
+  }
+  fprintf(g, "{\"messages\": [{\"role\": \"user\", \"content\": 1}]}\n");
+  fclose(f);
+  fclose(g);
+  eng_data_opts o = opts(64, 1);
+  o.shuffle = 0;
+  enum { B = 64 };
+  static int32_t ids[2][B * 64], lab[2][B * 64], pos[2][B * 64];
+  uint64_t samples[2];
+  for (int k = 0; k < 2; k++) {
+    omp_set_num_threads(k + 1);
+    eng_data *d;
+    CHECK_OK(eng_data_open_opts(&d, NULL, path, &o, &e), &e);
+    samples[k] = eng_data_samples(d);
+    CHECK_OK(eng_data_next_samples(d, B, ids[k], lab[k], pos[k], NULL, &e), &e);
+    eng_data_close(d);
+    CHECK(eng_data_open_opts(&d, NULL, bad_path, &o, &e) == ENG_EINVAL, "the bad file opened");
+    char want[64];
+    snprintf(want, sizeof want, "line %zu: messages[0]", lines + 1);
+    CHECK(strstr(e.msg, want), "%d threads: %s, want %s", k + 1, e.msg, want);
+  }
+  omp_set_num_threads(2);
+  CHECK(samples[0] == samples[1] && !memcmp(ids[0], ids[1], sizeof ids[0]) && !memcmp(lab[0], lab[1], sizeof lab[0]) &&
+            !memcmp(pos[0], pos[1], sizeof pos[0]),
+        "two threads tokenized otherwise than one");
+  printf("threads: %zu lines, one and two threads give the same %llu samples\n", lines, (unsigned long long)samples[0]);
+}
+
 // Opening text as path must fail naming the path, the line and what.
 static void bad(const char *name, const char *text, eng_data_opts o, const char *line, const char *what) {
   eng_err e = {0};
@@ -250,6 +292,7 @@ int main(void) {
   test_text();
   test_chat();
   test_cache();
+  test_threads();
   test_errors();
   eng_chat_free(&g_chat);
   eng_tok_enc_free(g_enc);
