@@ -62,7 +62,9 @@ static const char *format_name(eng_data_format f) {
 static int data_load_buf(eng_data *d, const eng_data_opts *o, eng_data_format f, int jsonl, const char *buf,
                          size_t len, eng_err *e) {
   if (len == 0) return eng_err_set(e, ENG_EINVAL, "%s: empty file", d->path);
-  if (f == ENG_DATA_TEXT && !jsonl && !o->tok) return eng_data_text_load(d, buf, len, e);
+  // Bytes only where there is no tokenizer at all, never in place of one
+  // that could not be read.
+  if (f == ENG_DATA_TEXT && !jsonl && !o->tok && !o->no_tok) return eng_data_text_load(d, buf, len, e);
   if (f == ENG_DATA_IDS) return eng_data_jsonl_parse(d, buf, len, e);
   if (!o->tok)
     return eng_err_set(e, ENG_EINVAL, "%s: %s data needs a tokenizer: %s", d->path, format_name(f),

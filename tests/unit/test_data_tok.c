@@ -275,6 +275,10 @@ static void test_errors(void) {
   eng_data_opts none = o;
   none.tok = NULL;
   bad("notok.jsonl", ok, none, NULL, "chat data needs a tokenizer");
+  // A model whose tokenizer could not be read: text is refused with the
+  // reason, not read byte by byte.
+  none.no_tok = "tokenizer.json: model: the Unigram model is not implemented (BPE is)";
+  bad("unreadable.txt", "plain text\n", none, NULL, "text data needs a tokenizer: tokenizer.json: model: the Unigram");
 }
 
 int main(void) {
