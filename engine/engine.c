@@ -273,8 +273,9 @@ int eng_cpu_gemm_route(const char **name, const char **blas_core, eng_err *e) {
 // The tokenizer of tokenizer_dir (else model_dir): its tokenizer.json and
 // tokenizer_config.json. A model directory without one leaves r->tok NULL
 // (text is then read byte by byte, chat refused); a tokenizer_dir without
-// one is an error. One that cannot be read (a SentencePiece model, say)
-// fails only data that needs it, with the reason: pre-tokenized data trains.
+// one is an error. One that cannot be read (a SentencePiece model, a link
+// out of the data roots) fails only data that needs it, with the reason:
+// pre-tokenized data trains.
 static int run_tok_open(eng_run *r, eng_err *e) {
   const eng_spec *s = &r->spec;
   const char *dir = s->tokenizer_dir ? s->tokenizer_dir : s->model_dir;
@@ -282,19 +283,19 @@ static int run_tok_open(eng_run *r, eng_err *e) {
   if (!dir) return s->chat_template ? eng_err_set(e, ENG_EINVAL, "chat_template: no tokenizer to render with") : 0;
   char path[4096];
   snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-  int fd, rc = eng_fs_open_opt(s->fs, path, &fd, e);
-  if (rc < 0) return rc;
+  eng_err te = {0};
+  int fd, rc = eng_fs_open_opt(s->fs, path, &fd, &te);
   if (rc == 1)
     return s->tokenizer_dir ? eng_err_set(e, ENG_EINVAL, "tokenizer_dir %s holds no tokenizer.json", dir)
            : s->chat_template ? eng_err_set(e, ENG_EINVAL, "chat_template: %s holds no tokenizer.json", dir)
                               : 0;
-  close(fd);
-  eng_err te = {0};
-  if ((rc = eng_tok_load(&r->tok, s->fs, path, &te)) == 0 && (rc = eng_chat_load(&r->chat, s->fs, dir, s->chat_template, &te)) == 0 &&
-      r->chat.eos && (r->eos = eng_tok_id(r->tok, r->chat.eos)) < 0)
+  if (rc == 0) close(fd);
+  if (rc == 0 && (rc = eng_tok_load(&r->tok, s->fs, path, &te)) == 0 &&
+      (rc = eng_chat_load(&r->chat, s->fs, dir, s->chat_template, &te)) == 0 && r->chat.eos &&
+      (r->eos = eng_tok_id(r->tok, r->chat.eos)) < 0)
     rc = eng_err_set(&te, ENG_EINVAL, "%s/tokenizer_config.json: eos_token is not a token of tokenizer.json", dir);
   if (!rc) return 0;
-  if (rc == ENG_ENOMEM || rc == ENG_EIO) {
+  if (rc == ENG_ENOMEM) {
     *e = te;
     return rc;
   }

@@ -62,10 +62,14 @@ int main(void) {
         "model.safetensors linked out of the root: state %d: %s", st, msg);
   printf("model.safetensors linked out of the root: %s: %s\n", st == -1 ? "refused" : "failed", msg);
 
-  // tokenizer.json -> outside: training never reads it, the export would copy it.
+  // tokenizer.json -> outside: training on token ids never needs it (a
+  // tokenizer the job cannot read fails only text and chat data), the
+  // export would copy it.
   dir = model_copy("esc_tok");
   td_sh("ln -s %s/tokenizer.json %s/tokenizer.json", outside, dir);
-  int rc = td_ctl(&t, msg, sizeof msg, "submit %s", td_jobfile_hf("esc_tok", dir, NULL, 2));
+  const char *ids = tmp_path("data/ids.jsonl");
+  td_sh("for i in 1 2 3 4 5 6 7 8; do echo '{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}'; done > %s", ids);
+  int rc = td_ctl(&t, msg, sizeof msg, "submit %s", td_jobfile_hf("esc_tok", dir, ids, 2));
   CHECK(rc == 0, "submit esc_tok exited %d: %s", rc, msg);
   char id[80];
   CHECK(sscanf(msg, "%79s", id) == 1, "no job id: %s", msg);
@@ -79,6 +83,13 @@ int main(void) {
   struct stat sb;
   CHECK(stat(tmp_path("export/tokenizer.json"), &sb) != 0, "the export holds the outside tokenizer.json");
   printf("tokenizer.json linked outside: the export is refused: %s", msg);
+
+  // Text through it: the job fails naming the tokenizer, rather than reading
+  // the text byte by byte.
+  st = td_submit_outcome(&t, td_jobfile_hf("esc_tok_text", dir, NULL, 2), msg, sizeof msg, 300);
+  CHECK(st == FAILED && strstr(msg, "text data needs a tokenizer") && strstr(msg, "tokenizer.json: " NOT_THERE),
+        "text with tokenizer.json linked outside: state %d: %s", st, msg);
+  printf("tokenizer.json linked outside: text fails: %s\n", msg);
   td_finish(&t);
   return 0;
 }
