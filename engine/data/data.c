@@ -114,7 +114,7 @@ static int data_load(eng_data *d, const eng_fs *fs, const eng_data_opts *o, eng_
 static void data_summarize(eng_data *d) {
   int n;
   if (d->rec_ids)
-    n = snprintf(d->summary, sizeof d->summary, "%llu records (%llu tokens), %llu cut to seq_len %d, in %llu samples",
+    n = snprintf(d->summary, sizeof d->summary, "%llu records (%llu tokens before cutting), %llu cut to seq_len %d, in %llu samples",
                  (unsigned long long)d->nrec, (unsigned long long)d->ntok, (unsigned long long)d->ntrunc, d->seq_len,
                  (unsigned long long)d->nsamples);
   else

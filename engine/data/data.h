@@ -133,8 +133,9 @@ int eng_data_open_opts(eng_data **out, const eng_fs *fs, const char *path, const
 
 // Whether samples are packed (positions restart inside them).
 int eng_data_packed(const eng_data *d);
-// What was loaded, in one line for a log ("1234 chat records, 56 truncated
-// to seq_len 512, packed into 300 samples (91.2% tokens), from the cache").
+// What was loaded, in one line for a log ("1234 records (98765 tokens before
+// cutting), 56 cut to seq_len 512, in 300 samples, packed (91.2% of their
+// tokens are records), tokens from the cache").
 const char *eng_data_summary(const eng_data *d);
 
 // Fills ids and labels, each [batch][seq_len] row-major, with the next batch

@@ -117,7 +117,7 @@ for _ in $(seq "$REPS"); do
   done
 done
 
-# "<records> records (<tokens> tokens), <cut> cut to seq_len <seq>, in <samples> samples[, packed (<x>% ...)]"
+# "<records> records (<tokens> tokens before cutting), <cut> cut to seq_len <seq>, in <samples> samples[, packed (<x>% ...)]"
 field() { awk -v k="$2" '{for (i = 2; i <= NF; i++) if ($i == k || $i == k ",") {gsub(/[(,]/, "", $(i - 1)); print $(i - 1)}}' <<<"$1"; }
 declare -A fill useful rate
 for mode in packed padded; do
