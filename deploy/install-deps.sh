@@ -17,6 +17,8 @@ pkgs=(
   libsystemd-dev
   # the tokenizer: pre-tokenizer regexes, Unicode normalization
   libpcre2-dev libutf8proc-dev
+  # distributed runs: MPI's library and mpirun (the dist tests launch with it)
+  libopenmpi-dev openmpi-bin
   # the API: the standard health.proto, job files, the fuzz target (libFuzzer)
   grpc-proto libyaml-dev clang
   # the TLS test makes its certificate with it

@@ -1,0 +1,54 @@
+// Collectives of a distributed run (issue 19), behind one interface so that
+// the engine reduces gradients and gathers weights the same way over MPI
+// (the cpu backend, host buffers) as over NCCL (a GPU's buffers).
+//
+// Every reduction is deterministic and independent of the library's choice
+// of algorithm: the result is the sum in rank order, rank 0 first, each
+// addition in fp32 (bf16 inputs are widened, summed and rounded once to
+// nearest even at the end). So the same world size gives the same bits run
+// after run, and a sum over ranks of one value each equals the sequential
+// sum a single process takes over the same values in that order.
+//
+// Buffers of count elements; reduce_scatter and all_gather cut a buffer of
+// count elements into world slices of ceil(count / world) elements (the
+// last ones shorter, possibly empty): rank r owns slice r.
+#ifndef ENG_DIST_COLL_H
+#define ENG_DIST_COLL_H
+
+#include <stddef.h>
+
+#include "common/err.h"
+
+typedef enum eng_coll_dtype { ENG_COLL_F32, ENG_COLL_BF16 } eng_coll_dtype;
+
+typedef struct eng_coll eng_coll;
+
+typedef struct eng_coll_ops {
+  // buf[count] becomes the sum over ranks of every rank's buf.
+  int (*all_reduce)(eng_coll *c, void *buf, size_t count, eng_coll_dtype t, eng_err *e);
+  // Slice `rank` of buf[count] becomes the sum over ranks of that slice of
+  // every rank's buf; the rest of buf is left as it was.
+  int (*reduce_scatter)(eng_coll *c, void *buf, size_t count, eng_coll_dtype t, eng_err *e);
+  // Every slice r of buf[count] becomes rank r's slice r.
+  int (*all_gather)(eng_coll *c, void *buf, size_t count, eng_coll_dtype t, eng_err *e);
+  // buf[count] becomes root's.
+  int (*broadcast)(eng_coll *c, void *buf, size_t count, eng_coll_dtype t, int root, eng_err *e);
+  int (*barrier)(eng_coll *c, eng_err *e);
+  void (*close)(eng_coll *c);
+} eng_coll_ops;
+
+struct eng_coll {
+  const eng_coll_ops *ops;
+  int rank, world;
+  void *impl;
+};
+
+// The slice of rank r: elements [*off, *off + *n) of count.
+void eng_coll_slice(size_t count, int world, int r, size_t *off, size_t *n);
+
+// MPI (the cpu backend): initialises MPI unless the process already did
+// (threads: MPI_THREAD_SERIALIZED: one thread at a time calls c), over
+// MPI_COMM_WORLD. ENG_ENOTSUP in a build without MPI.
+int eng_coll_mpi_open(eng_coll **out, eng_err *e);
+
+#endif
