@@ -189,12 +189,12 @@ static int load_post(eng_tok *t, const json_t *p, eng_err *e) {
   if (!json_is_array(single) || !json_is_object(specials))
     return eng_err_set(e, ENG_EINVAL, "%s: post_processor.single must be an array and special_tokens an object",
                        t->name);
+  // Room for every id of every special token the templates may name.
   size_t n = 0, i;
+  const char *key;
   const json_t *item;
-  json_array_foreach(single, i, item) {
-    const json_t *st = json_object_get(item, "SpecialToken");
-    if (st) n += json_array_size(json_object_get(json_object_get(specials, json_string_value(json_object_get(st, "id"))), "ids"));
-  }
+  json_object_foreach((json_t *)specials, key, item) n += json_array_size(json_object_get(item, "ids"));
+  n *= json_array_size(single);
   t->tmpl_pre = malloc((n + 1) * sizeof *t->tmpl_pre);
   t->tmpl_post = malloc((n + 1) * sizeof *t->tmpl_post);
   if (!t->tmpl_pre || !t->tmpl_post) return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate the template", t->name);
