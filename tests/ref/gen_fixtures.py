@@ -13,7 +13,6 @@ rerun on the same machine (and the same torch/transformers) rewrites identical
 bytes. See tests/ref/README.md.
 """
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -25,6 +24,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from hf_env import report
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
@@ -377,20 +377,6 @@ def gen_tokenizer_fixture(out, name):
     with open(os.path.join(fdir, "ref.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True)
         f.write("\n")
-
-
-def report(out, names):
-    total = 0
-    for name in names:
-        fdir = os.path.join(out, name)
-        for fn in sorted(os.listdir(fdir)):
-            path = os.path.join(fdir, fn)
-            size = os.path.getsize(path)
-            total += size
-            with open(path, "rb") as f:
-                digest = hashlib.sha256(f.read()).hexdigest()[:16]
-            print(f"{size:>9}  {digest}  {name}/{fn}")
-    print(f"{total:>9}  total bytes")
 
 
 def main():

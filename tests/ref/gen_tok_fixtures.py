@@ -34,7 +34,6 @@ os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import argparse  # noqa: E402
-import hashlib  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
@@ -42,6 +41,7 @@ import sys  # noqa: E402
 import unicodedata  # noqa: E402
 
 import tokenizers  # noqa: E402
+from hf_env import report  # noqa: E402
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,  # noqa: E402
                         normalizers, pre_tokenizers, processors, trainers)
 
@@ -785,23 +785,6 @@ def gen_one(out, name, spec, cases):
     return info
 
 
-def report(out, names):
-    total = 0
-    for name in names:
-        fdir = os.path.join(out, name)
-        for fn in sorted(os.listdir(fdir)):
-            path = os.path.join(fdir, fn)
-            size = os.path.getsize(path)
-            total += size
-            with open(path, "rb") as f:
-                digest = hashlib.sha256(f.read()).hexdigest()[:16]
-            print(f"{size:>9}  {digest}  {name}/{fn}")
-    path = os.path.join(out, "ref.json")
-    total += os.path.getsize(path)
-    print(f"{os.path.getsize(path):>9}  {'':16}  ref.json")
-    print(f"{total:>9}  total bytes")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=DEFAULT_OUT, help="output directory (default: tests/fixtures/tok)")
@@ -836,7 +819,7 @@ def main():
     with open(os.path.join(args.out, "ref.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True)
         f.write("\n")
-    report(args.out, list(specs))
+    report(args.out, list(specs), ["ref.json"])
 
 
 if __name__ == "__main__":

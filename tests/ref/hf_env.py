@@ -22,3 +22,28 @@ def require(script, *extra):
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     return torch, transformers
+
+
+def report(out, names, extra=()):
+    """Prints each fixture file's size and the start of its sha256 (the
+    files of out/<name>/ for each name, then the files extra names in out),
+    so two runs can be compared by eye or with diff."""
+    import hashlib
+    import os
+
+    total = 0
+    for name in names:
+        fdir = os.path.join(out, name)
+        for fn in sorted(os.listdir(fdir)):
+            path = os.path.join(fdir, fn)
+            size = os.path.getsize(path)
+            total += size
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()[:16]
+            print(f"{size:>9}  {digest}  {name}/{fn}")
+    for fn in extra:
+        size = os.path.getsize(os.path.join(out, fn))
+        total += size
+        print(f"{size:>9}  {'':16}  {fn}")
+    print(f"{total:>9}  total bytes")
+
