@@ -346,6 +346,11 @@ int val_spec(const T(JobSpec) *s, const char *p, const val_roots *roots, val_err
   if (!s->data) return bad(e, "%s.data: required", p);
   snprintf(sub, sizeof sub, "%s.data", p);
   if (val_data(s->data, sub, roots, e)) return -1;
+  // Chat is rendered by the model directory's tokenizer and template.
+  int chat = s->data->format == K(DATA_FORMAT__DATA_FORMAT_CHAT);
+  if ((chat || *s->data->chat_template) && s->model->source_case != K(MODEL_SPEC__SOURCE_HF_DIR))
+    return bad(e, "%s.data.%s: chat data needs model.hf_dir (its tokenizer.json and chat template)", p,
+               chat ? "format" : "chat_template");
   if (!s->training) return bad(e, "%s.training: required", p);
   snprintf(sub, sizeof sub, "%s.training", p);
   if (val_training(s->training, sub, e)) return -1;

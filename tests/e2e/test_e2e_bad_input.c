@@ -116,6 +116,9 @@ int main(void) {
   submit_with("spec.training.warmup_steps", "-5", GRPC_STATUS_INVALID_ARGUMENT, "spec.training.warmup_steps");
   submit_with("spec.training.min_lr", "1", GRPC_STATUS_INVALID_ARGUMENT, "spec.training.min_lr");
   submit_with("spec.model.config.arch", "9", GRPC_STATUS_INVALID_ARGUMENT, "spec.model.config.arch");
+  submit_with("spec.data.format", "9", GRPC_STATUS_INVALID_ARGUMENT, "spec.data.format");
+  submit_with("spec.data.format", "chat", GRPC_STATUS_INVALID_ARGUMENT, "spec.data.format"); // no hf_dir
+  submit_with("spec.data.chat_template", "vicuna", GRPC_STATUS_INVALID_ARGUMENT, "spec.data.chat_template");
   submit_with("spec.model.config.num_key_value_heads", "3", GRPC_STATUS_INVALID_ARGUMENT, "num_key_value_heads");
   submit_with("spec.model.config.hidden_size", "-64", GRPC_STATUS_INVALID_ARGUMENT, "spec.model.config.hidden_size");
   submit_with("spec.model.config.vocab_size", "0", GRPC_STATUS_INVALID_ARGUMENT, "spec.model.config.vocab_size");
