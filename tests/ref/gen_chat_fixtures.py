@@ -23,14 +23,13 @@ Deterministic: a rerun rewrites identical bytes. See tests/ref/README.md.
 Usage: .venv/bin/python3 tests/ref/gen_chat_fixtures.py [--tok DIR] [--out DIR]
 """
 import argparse
-import hashlib
 import json
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from hf_env import require  # noqa: E402
+from hf_env import report, require  # noqa: E402
 
 _, transformers = require("gen_chat_fixtures.py", "tokenizers", "jinja2")
 import jinja2  # noqa: E402
@@ -38,46 +37,48 @@ import tokenizers  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
+from gen_tok_fixtures import CHATML_TEMPLATE, LLAMA3_TEMPLATE  # noqa: E402
+
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 DEFAULT_TOK = os.path.join(ROOT, "tests", "fixtures", "tok")
 DEFAULT_OUT = os.path.join(ROOT, "tests", "fixtures", "chat")
 
-# The templates of tokenizer_config.json with each assistant message's content and
-# its end marker inside {% generation %} ... {% endgeneration %}: ChatML's content +
-# '<|im_end|>' (not the '\n' after it), Llama 3's trimmed content + '<|eot_id|>'.
-# main() checks that they render exactly what the plain templates render.
+# The templates of tokenizer_config.json (gen_tok_fixtures.py's, the one place
+# they are written) with each assistant message's content and its end marker
+# inside {% generation %} ... {% endgeneration %}: ChatML's content + '<|im_end|>'
+# (not the '\n' after it), Llama 3's trimmed content + '<|eot_id|>'. main() checks
+# that they render exactly what the plain templates render.
+
+
+def tagged(template, plain, with_generation):
+    """template with its one occurrence of plain replaced."""
+    assert template.count(plain) == 1, plain
+    return template.replace(plain, with_generation)
+
+
 GENERATION_TEMPLATES = {
-    "chatml": (
-        "{%- if messages[0]['role'] == 'system' %}\n"
-        "    {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
-        "{%- else %}\n"
-        "    {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
-        "{%- endif %}\n"
-        "{%- for message in messages %}\n"
+    "chatml": tagged(
+        CHATML_TEMPLATE,
+        "    {%- if not (message['role'] == 'system' and loop.first) %}\n",
         "    {%- if message['role'] == 'assistant' %}\n"
         "        {{- '<|im_start|>' + message['role'] + '\\n' }}\n"
         "        {%- generation %}\n"
         "            {{- message['content'] + '<|im_end|>' }}\n"
         "        {%- endgeneration %}\n"
         "        {{- '\\n' }}\n"
-        "    {%- elif not (message['role'] == 'system' and loop.first) %}\n"
-        "        {{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}\n"
-        "    {%- endif %}\n"
-        "{%- endfor %}\n"
-        "{%- if add_generation_prompt %}\n"
-        "    {{- '<|im_start|>assistant\\n' }}\n"
-        "{%- endif %}\n"
+        "    {%- elif not (message['role'] == 'system' and loop.first) %}\n",
     ),
-    "llama3": (
-        "{% set loop_messages = messages %}{% for message in loop_messages %}"
-        "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' %}"
+    "llama3": tagged(
+        LLAMA3_TEMPLATE,
+        "'<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}"
+        "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+        "{{ content }}",
+        "'<|end_header_id|>\n\n' %}"
         "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
         "{{ content }}"
         "{% if message['role'] == 'assistant' %}"
         "{% generation %}{{ message['content'] | trim + '<|eot_id|>' }}{% endgeneration %}"
-        "{% else %}{{ message['content'] | trim + '<|eot_id|>' }}{% endif %}"
-        "{% endfor %}"
-        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+        "{% else %}{{ message['content'] | trim + '<|eot_id|>' }}{% endif %}",
     ),
 }
 
@@ -224,10 +225,7 @@ def main():
     with open(ref, "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2, sort_keys=True, ensure_ascii=False)
         f.write("\n")
-    for path in written + [ref]:
-        with open(path, "rb") as f:
-            data = f.read()
-        print(f"{len(data):>9}  {hashlib.sha256(data).hexdigest()[:16]}  {os.path.relpath(path, args.out)}")
+    report(args.out, [], [os.path.relpath(p, args.out) for p in written + [ref]])
 
 
 if __name__ == "__main__":

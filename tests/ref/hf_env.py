@@ -31,19 +31,12 @@ def report(out, names, extra=()):
     import hashlib
     import os
 
+    files = [os.path.join(name, fn) for name in names for fn in sorted(os.listdir(os.path.join(out, name)))]
     total = 0
-    for name in names:
-        fdir = os.path.join(out, name)
-        for fn in sorted(os.listdir(fdir)):
-            path = os.path.join(fdir, fn)
-            size = os.path.getsize(path)
-            total += size
-            with open(path, "rb") as f:
-                digest = hashlib.sha256(f.read()).hexdigest()[:16]
-            print(f"{size:>9}  {digest}  {name}/{fn}")
-    for fn in extra:
-        size = os.path.getsize(os.path.join(out, fn))
-        total += size
-        print(f"{size:>9}  {'':16}  {fn}")
+    for fn in files + list(extra):
+        with open(os.path.join(out, fn), "rb") as f:
+            data = f.read()
+        total += len(data)
+        print(f"{len(data):>9}  {hashlib.sha256(data).hexdigest()[:16]}  {fn}")
     print(f"{total:>9}  total bytes")
 
