@@ -200,14 +200,7 @@ typedef struct buf {
 } buf;
 
 static int put(buf *b, const char *s, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? 2 * b->cap : 1024;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return ENG_ENOMEM;
-    b->p = p;
-    b->cap = cap;
-  }
+  if (tok_grow((void **)&b->p, &b->cap, b->n + n + 1, 1)) return ENG_ENOMEM;
   memcpy(b->p + b->n, s, n);
   b->n += n;
   b->p[b->n] = '\0';
@@ -273,11 +266,8 @@ int eng_chat_encode(const eng_chat *c, eng_tok_enc *enc, const eng_chat_msg *msg
                  : eng_err_set(e, ENG_ENOMEM, "cannot allocate a rendered conversation");
   size_t from = out->n;
   if (!rc) rc = eng_tok_encode(enc, b.p ? b.p : "", b.n, 0, out, e);
-  if (!rc && *mask_cap < out->cap) {
-    uint8_t *m = realloc(*mask, out->cap);
-    if (!m) rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate an assistant mask");
-    else *mask = m, *mask_cap = out->cap;
-  }
+  if (!rc && tok_grow((void **)mask, mask_cap, out->cap, 1))
+    rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate an assistant mask");
   if (!rc) {
     // As transformers: from the token holding a span's first byte through
     // the one holding its last.

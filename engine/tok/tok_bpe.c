@@ -54,25 +54,14 @@ static item_t heap_pop(eng_tok_enc *enc, size_t *n) {
   return top;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t size) {
-  if (need <= *cap) return ENG_OK;
-  size_t c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, c * size);
-  if (!q) return ENG_ENOMEM;
-  *p = q;
-  *cap = c;
-  return ENG_OK;
-}
-
 // Merges the symbols of bytes p[0..n) into enc->sym, the live ones linked by
 // next from symbol 0 (merges keep the left symbol, so 0 stays); *m is 0 when
 // no byte had a symbol.
 static int bpe_merge(eng_tok_enc *enc, const unsigned char *p, size_t n, size_t *count, eng_err *e) {
   const eng_tok *t = enc->t;
   // A heap entry per adjacent pair at most, plus one per merge.
-  if (grow((void **)&enc->sym, &enc->sym_cap, n, sizeof *enc->sym) ||
-      grow((void **)&enc->heap, &enc->heap_cap, 2 * n + 1, sizeof *enc->heap))
+  if (tok_grow((void **)&enc->sym, &enc->sym_cap, n, sizeof *enc->sym) ||
+      tok_grow((void **)&enc->heap, &enc->heap_cap, 2 * n + 1, sizeof *enc->heap))
     return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate a word of %zu bytes", t->name, n);
   sym_t *s = enc->sym;
   size_t m = 0;
@@ -160,7 +149,7 @@ int tok_bpe(eng_tok_enc *enc, const tok_piece *pc, eng_tok_ids *out, eng_err *e)
   size_t n = pc->len;
   if (t->ignore_merges) {
     // The whole pre-token may be a token of its own, merges or not.
-    if (grow((void **)&enc->mapped, &enc->mapped_cap, 2 * n + 1, 1))
+    if (tok_grow((void **)&enc->mapped, &enc->mapped_cap, 2 * n + 1, 1))
       return eng_err_set(e, ENG_ENOMEM, "%s: cannot allocate a word of %zu bytes", t->name, n);
     size_t w = 0;
     for (size_t i = 0; i < n; i++) w += (size_t)tok_utf8_put(tok_byte_char(p[i]), enc->mapped + w);
@@ -190,7 +179,7 @@ int tok_bpe(eng_tok_enc *enc, const tok_piece *pc, eng_tok_ids *out, eng_err *e)
   // Cache it; a full cache starts over rather than tracking use.
   size_t k = out->n - start;
   if (2 * (enc->cache_n + 1) > CACHE_SLOTS ||
-      grow((void **)&enc->cache_keys, &enc->keys_cap, enc->keys_len + n, 1) || cache_vals_grow(enc, enc->vals_len + k)) {
+      tok_grow((void **)&enc->cache_keys, &enc->keys_cap, enc->keys_len + n, 1) || cache_vals_grow(enc, enc->vals_len + k)) {
     memset(enc->cache, 0, CACHE_SLOTS * sizeof *enc->cache);
     enc->cache_n = 0;
     enc->keys_len = enc->vals_len = 0;

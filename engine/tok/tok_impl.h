@@ -125,6 +125,10 @@ typedef struct tok_pieces {
 // Appends a piece (lim UINT32_MAX).
 int tok_pieces_push(tok_pieces *ps, const char *p, size_t len, uint32_t off, int32_t added);
 
+// Makes room for need elements of size bytes in the array *p of *cap
+// elements, doubling from 64: 0 or ENG_ENOMEM (then *p is as it was).
+int tok_grow(void **p, size_t *cap, size_t need, size_t size);
+
 // A growing byte arena for text the pipeline makes (normalized pieces,
 // prefixed spaces): chunks never move, so pieces may point into them.
 typedef struct tok_arena {

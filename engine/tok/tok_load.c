@@ -55,21 +55,26 @@ static int compile_regex(eng_tok *t, const char *pat, size_t len, int literal, p
   return ENG_OK;
 }
 
+typedef int (*load_fn)(eng_tok *t, const json_t *v, const char *where, eng_err *e);
+
+// A Sequence component: fn on each member of its list `key`, in order.
+static int load_sequence(eng_tok *t, const json_t *seq, const char *key, const char *where, load_fn fn, eng_err *e) {
+  const json_t *list = json_object_get(seq, key);
+  if (!json_is_array(list)) return eng_err_set(e, ENG_EINVAL, "%s: %s.%s must be an array", t->name, where, key);
+  size_t i;
+  const json_t *c;
+  json_array_foreach(list, i, c) {
+    int rc = fn(t, c, where, e);
+    if (rc) return rc;
+  }
+  return ENG_OK;
+}
+
 static int load_normalizer(eng_tok *t, const json_t *n, const char *where, eng_err *e) {
   if (!n || json_is_null(n)) return ENG_OK;
   const char *ty = type_of(n);
   if (!ty) return eng_err_set(e, ENG_EINVAL, "%s: %s has no \"type\"", t->name, where);
-  if (!strcmp(ty, "Sequence")) {
-    const json_t *list = json_object_get(n, "normalizers");
-    if (!json_is_array(list)) return eng_err_set(e, ENG_EINVAL, "%s: %s.normalizers must be an array", t->name, where);
-    size_t i;
-    const json_t *c;
-    json_array_foreach(list, i, c) {
-      int rc = load_normalizer(t, c, where, e);
-      if (rc) return rc;
-    }
-    return ENG_OK;
-  }
+  if (!strcmp(ty, "Sequence")) return load_sequence(t, n, "normalizers", where, load_normalizer, e);
   enum tok_norm_kind k;
   if (!strcmp(ty, "NFC")) k = TOK_NFC;
   else if (!strcmp(ty, "NFD")) k = TOK_NFD;
@@ -124,18 +129,7 @@ static int load_pre(eng_tok *t, const json_t *p, const char *where, eng_err *e) 
   if (!p || json_is_null(p)) return ENG_OK;
   const char *ty = type_of(p);
   if (!ty) return eng_err_set(e, ENG_EINVAL, "%s: %s has no \"type\"", t->name, where);
-  if (!strcmp(ty, "Sequence")) {
-    const json_t *list = json_object_get(p, "pretokenizers");
-    if (!json_is_array(list))
-      return eng_err_set(e, ENG_EINVAL, "%s: %s.pretokenizers must be an array", t->name, where);
-    size_t i;
-    const json_t *c;
-    json_array_foreach(list, i, c) {
-      int rc = load_pre(t, c, where, e);
-      if (rc) return rc;
-    }
-    return ENG_OK;
-  }
+  if (!strcmp(ty, "Sequence")) return load_sequence(t, p, "pretokenizers", where, load_pre, e);
   if (!strcmp(ty, "Split")) return load_split(t, p, where, e);
   if (!strcmp(ty, "ByteLevel")) {
     tok_pre *s = NULL;
@@ -162,21 +156,10 @@ static int load_decoder(eng_tok *t, const json_t *d, eng_err *e) {
                      ty ? "the decoder " : "", ty ? ty : "a missing decoder");
 }
 
-static int load_post(eng_tok *t, const json_t *p, eng_err *e) {
+static int load_post(eng_tok *t, const json_t *p, const char *where, eng_err *e) {
   if (!p || json_is_null(p)) return ENG_OK;
   const char *ty = type_of(p);
-  if (ty && !strcmp(ty, "Sequence")) {
-    const json_t *list = json_object_get(p, "processors");
-    if (!json_is_array(list))
-      return eng_err_set(e, ENG_EINVAL, "%s: post_processor.processors must be an array", t->name);
-    size_t i;
-    const json_t *c;
-    json_array_foreach(list, i, c) {
-      int rc = load_post(t, c, e);
-      if (rc) return rc;
-    }
-    return ENG_OK;
-  }
+  if (ty && !strcmp(ty, "Sequence")) return load_sequence(t, p, "processors", where, load_post, e);
   if (ty && !strcmp(ty, "ByteLevel")) return ENG_OK; // offsets only
   if (!ty || strcmp(ty, "TemplateProcessing"))
     return eng_err_set(e, ENG_ENOTSUP,
@@ -466,7 +449,7 @@ static int tok_build(eng_tok *t, const json_t *root, eng_err *e) {
                        t->name);
   if ((rc = load_model(t, json_object_get(root, "model"), e))) return rc;
   if ((rc = load_added(t, json_object_get(root, "added_tokens"), e))) return rc;
-  if ((rc = load_post(t, json_object_get(root, "post_processor"), e))) return rc;
+  if ((rc = load_post(t, json_object_get(root, "post_processor"), "post_processor", e))) return rc;
   if ((rc = load_decoder(t, json_object_get(root, "decoder"), e))) return rc;
   return index_ids(t, e);
 }

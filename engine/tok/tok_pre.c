@@ -20,13 +20,7 @@ typedef struct segs {
 } segs;
 
 static int segs_push(segs *s, size_t start, size_t end, int flag) {
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? 2 * s->cap : 64;
-    seg *v = realloc(s->v, cap * sizeof *v);
-    if (!v) return ENG_ENOMEM;
-    s->v = v;
-    s->cap = cap;
-  }
+  if (tok_grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v)) return ENG_ENOMEM;
   s->v[s->n++] = (seg){start, end, flag};
   return ENG_OK;
 }

@@ -70,14 +70,7 @@ int tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val) {
     m->val = v;
     m->cap = cap;
   }
-  if (m->pool_len + len + 1 > m->pool_cap) {
-    size_t cap = m->pool_cap ? m->pool_cap : 4096;
-    while (cap < m->pool_len + len + 1) cap *= 2;
-    char *p = realloc(m->pool, cap);
-    if (!p) return ENG_ENOMEM;
-    m->pool = p;
-    m->pool_cap = cap;
-  }
+  if (tok_grow((void **)&m->pool, &m->pool_cap, m->pool_len + len + 1, 1)) return ENG_ENOMEM;
   memcpy(m->pool + m->pool_len, key, len);
   m->pool[m->pool_len + len] = '\0';
   m->koff[m->n] = (uint32_t)m->pool_len;
@@ -91,14 +84,19 @@ int tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val) {
   return ENG_OK;
 }
 
+int tok_grow(void **p, size_t *cap, size_t need, size_t size) {
+  if (need <= *cap) return ENG_OK;
+  size_t c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, c * size);
+  if (!q) return ENG_ENOMEM;
+  *p = q;
+  *cap = c;
+  return ENG_OK;
+}
+
 int tok_pieces_push(tok_pieces *ps, const char *p, size_t len, uint32_t off, int32_t added) {
-  if (ps->n == ps->cap) {
-    size_t cap = ps->cap ? 2 * ps->cap : 64;
-    tok_piece *v = realloc(ps->v, cap * sizeof *v);
-    if (!v) return ENG_ENOMEM;
-    ps->v = v;
-    ps->cap = cap;
-  }
+  if (tok_grow((void **)&ps->v, &ps->cap, ps->n + 1, sizeof *ps->v)) return ENG_ENOMEM;
   ps->v[ps->n++] = (tok_piece){p, (uint32_t)len, off, UINT32_MAX, added};
   return ENG_OK;
 }
@@ -109,13 +107,7 @@ char *tok_arena_alloc(tok_arena *a, size_t n) {
     a->used += n;
     return p;
   }
-  if (a->n == a->cap) {
-    size_t cap = a->cap ? 2 * a->cap : 8;
-    char **c = realloc(a->chunk, cap * sizeof *c);
-    if (!c) return NULL;
-    a->chunk = c;
-    a->cap = cap;
-  }
+  if (tok_grow((void **)&a->chunk, &a->cap, a->n + 1, sizeof *a->chunk)) return NULL;
   size_t size = n > 65536 ? n : 65536;
   char *p = malloc(size);
   if (!p) return NULL;
