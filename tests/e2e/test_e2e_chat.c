@@ -11,7 +11,7 @@
 #define _GNU_SOURCE
 #include "daemon.h"
 #include "tiny.h"
-#include "tok/tok.h"
+#include "tok_fixture.h"
 
 static void copy(const char *from, const char *to) {
   char cmd[4096];
@@ -29,8 +29,7 @@ static int same_file(const char *a, const char *b) {
 // holds the tokenizer's, and the tokenizer files.
 static void make_model(const char *dir) {
   eng_err e = {0};
-  eng_tok *tok;
-  CHECK_OK(eng_tok_load(&tok, NULL, TRAIND_SOURCE_DIR "/tests/fixtures/tok/qwen2/tokenizer.json", &e), &e);
+  eng_tok *tok = tok_fixture("qwen2", NULL);
   eng_spec s;
   tiny_spec(&s, 2);
   s.config.arch = ENG_ARCH_QWEN2;
@@ -44,11 +43,12 @@ static void make_model(const char *dir) {
   CHECK_OK(eng_open(&s, &r, &e), &e);
   CHECK_OK(eng_export_hf(r, dir, 0, &e), &e);
   eng_close(r);
-  char to[700];
-  snprintf(to, sizeof to, "%s/tokenizer.json", dir);
-  copy(TRAIND_SOURCE_DIR "/tests/fixtures/tok/qwen2/tokenizer.json", to);
-  snprintf(to, sizeof to, "%s/tokenizer_config.json", dir);
-  copy(TRAIND_SOURCE_DIR "/tests/fixtures/tok/qwen2/tokenizer_config.json", to);
+  static const char *const files[] = {"tokenizer.json", "tokenizer_config.json"};
+  for (int i = 0; i < 2; i++) {
+    char to[700];
+    snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+    copy(tok_fixture_path("qwen2", files[i]), to);
+  }
 }
 
 static const char *write_chat(const char *name, int bad_line) {

@@ -14,20 +14,16 @@
 
 #include "check.h"
 #include "tok/chat.h"
-#include "tok/tok.h"
+#include "tok_fixture.h"
 
 static int run(const char *tok_dir, const char *fixture, eng_chat_kind want_kind) {
   char path[4096];
   eng_err e = {0};
-  snprintf(path, sizeof path, "%s/tests/fixtures/tok/%s", TRAIND_SOURCE_DIR, tok_dir);
   eng_chat chat;
-  CHECK_OK(eng_chat_load(&chat, NULL, path, NULL, &e), &e);
-  CHECK(chat.kind == want_kind, "%s: recognised as %s", path, eng_chat_name(chat.kind));
-  snprintf(path, sizeof path, "%s/tests/fixtures/tok/%s/tokenizer.json", TRAIND_SOURCE_DIR, tok_dir);
-  eng_tok *t;
-  CHECK_OK(eng_tok_load(&t, NULL, path, &e), &e);
+  CHECK_OK(eng_chat_load(&chat, NULL, tok_fixture_path(tok_dir, NULL), NULL, &e), &e);
+  CHECK(chat.kind == want_kind, "%s: recognised as %s", tok_dir, eng_chat_name(chat.kind));
   eng_tok_enc *enc;
-  CHECK_OK(eng_tok_enc_new(&enc, t, &e), &e);
+  eng_tok *t = tok_fixture(tok_dir, &enc);
   snprintf(path, sizeof path, "%s/tests/fixtures/chat/%s.jsonl", TRAIND_SOURCE_DIR, fixture);
   FILE *f = fopen(path, "r");
   CHECK(f, "cannot open %s", path);

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "tok/tok.h"
+#include "tok_fixture.h"
 
 static int hexval(char c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
 
@@ -61,12 +61,9 @@ static int decode_is(const eng_tok *t, const int32_t *ids, size_t n, int skip, c
 static int run(const char *name) {
   char path[4096];
   eng_err e = {0};
-  eng_tok *t;
-  snprintf(path, sizeof path, "%s/tests/fixtures/tok/%s/tokenizer.json", TRAIND_SOURCE_DIR, name);
-  CHECK_OK(eng_tok_load(&t, NULL, path, &e), &e);
   eng_tok_enc *enc;
-  CHECK_OK(eng_tok_enc_new(&enc, t, &e), &e);
-  snprintf(path, sizeof path, "%s/tests/fixtures/tok/%s/cases.jsonl", TRAIND_SOURCE_DIR, name);
+  eng_tok *t = tok_fixture(name, &enc);
+  snprintf(path, sizeof path, "%s", tok_fixture_path(name, "cases.jsonl"));
   FILE *f = fopen(path, "r");
   CHECK(f, "cannot open %s", path);
   char *line = NULL;
@@ -111,7 +108,7 @@ static int run(const char *name) {
     json_decref(c);
   }
   fclose(f);
-  snprintf(path, sizeof path, "%s/tests/fixtures/tok/%s/decode_cases.jsonl", TRAIND_SOURCE_DIR, name);
+  snprintf(path, sizeof path, "%s", tok_fixture_path(name, "decode_cases.jsonl"));
   f = fopen(path, "r");
   CHECK(f, "cannot open %s", path);
   lineno = 0;

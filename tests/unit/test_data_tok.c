@@ -18,7 +18,7 @@
 #include "data/data.h"
 #include "tmpdir.h"
 #include "tok/chat.h"
-#include "tok/tok.h"
+#include "tok_fixture.h"
 
 static eng_tok *g_tok;
 static eng_tok_enc *g_enc;
@@ -284,12 +284,8 @@ static void test_errors(void) {
 int main(void) {
   tmp_make();
   eng_err e = {0};
-  char path[4096];
-  snprintf(path, sizeof path, "%s/tests/fixtures/tok/llama3/tokenizer.json", TRAIND_SOURCE_DIR);
-  CHECK_OK(eng_tok_load(&g_tok, NULL, path, &e), &e);
-  CHECK_OK(eng_tok_enc_new(&g_enc, g_tok, &e), &e);
-  snprintf(path, sizeof path, "%s/tests/fixtures/tok/llama3", TRAIND_SOURCE_DIR);
-  CHECK_OK(eng_chat_load(&g_chat, NULL, path, NULL, &e), &e);
+  g_tok = tok_fixture("llama3", &g_enc);
+  CHECK_OK(eng_chat_load(&g_chat, NULL, tok_fixture_path("llama3", NULL), NULL, &e), &e);
   CHECK(g_chat.kind == ENG_CHAT_LLAMA3 && g_chat.bos && g_chat.eos, "llama3 fixture's template");
   g_bos = eng_tok_id(g_tok, g_chat.bos);
   g_eos = eng_tok_id(g_tok, g_chat.eos);

@@ -1,0 +1,32 @@
+// The tokenizers of tests/fixtures/tok (written by tests/ref/gen_tok_fixtures.py:
+// "qwen2", "llama3", "gpt2"), for the tests of engine/tok and of the data
+// that goes through it.
+#ifndef TESTS_TOK_FIXTURE_H
+#define TESTS_TOK_FIXTURE_H
+
+#include <stdio.h>
+
+#include "check.h"
+#include "tok/tok.h"
+
+// tests/fixtures/tok/<name>, or a file in it when file is not NULL (a
+// buffer of its own per call, valid for the next 3 calls).
+static inline const char *tok_fixture_path(const char *name, const char *file) {
+  static char buf[4][4096];
+  static int k;
+  char *p = buf[k++ & 3];
+  snprintf(p, sizeof buf[0], "%s/tests/fixtures/tok/%s%s%s", TRAIND_SOURCE_DIR, name, file ? "/" : "",
+           file ? file : "");
+  return p;
+}
+
+// Loads the fixture's tokenizer.json, and an encoder for it when enc is not NULL.
+static inline eng_tok *tok_fixture(const char *name, eng_tok_enc **enc) {
+  eng_err e = {0};
+  eng_tok *t;
+  CHECK_OK(eng_tok_load(&t, NULL, tok_fixture_path(name, "tokenizer.json"), &e), &e);
+  if (enc) CHECK_OK(eng_tok_enc_new(enc, t, &e), &e);
+  return t;
+}
+
+#endif
