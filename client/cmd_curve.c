@@ -190,13 +190,9 @@ int cmd_curve(ctl *c, int argc, char **argv) {
   const char *job = argv[optind];
   rpc *r = ctl_rpc(c);
   if (!r) return EXIT_UNREACHABLE;
-  Traind__V1__GetJobRequest g = K(GET_JOB_REQUEST__INIT);
-  g.job_id = (char *)job;
-  ProtobufCMessage *reply;
+  Traind__V1__Job *j;
   rpc_status st;
-  if (rpc_unary(r, "/traind.v1.Trainer/GetJob", &g.base, &traind__v1__job__descriptor, &reply, c->timeout_ms, &st))
-    return ctl_fail("curve", &st);
-  const Traind__V1__Job *j = (const Traind__V1__Job *)reply;
+  if (ctl_get_job(c, r, job, &j, &st)) return ctl_fail("curve", &st);
   series train = {0}, eval = {0};
   int rc = train_points(c, r, job, &train);
   for (size_t i = 0; !rc && j->compute && i < j->compute->n_evals; i++) {
@@ -210,6 +206,6 @@ int cmd_curve(ctl *c, int argc, char **argv) {
   if (!rc) draw(j, &train, &eval);
   free(train.p);
   free(eval.p);
-  protobuf_c_message_free_unpacked(reply, NULL);
+  protobuf_c_message_free_unpacked(&j->base, NULL);
   return rc;
 }

@@ -98,16 +98,12 @@ static int exit_for(int state) {
 // then counts steps).
 static limits limits_of(ctl *c, rpc *r, const char *job) {
   limits lim = {0};
-  Traind__V1__GetJobRequest g = K(GET_JOB_REQUEST__INIT);
-  g.job_id = (char *)job;
-  ProtobufCMessage *reply;
+  Traind__V1__Job *j;
   rpc_status st;
-  if (rpc_unary(r, "/traind.v1.Trainer/GetJob", &g.base, &traind__v1__job__descriptor, &reply, c->timeout_ms, &st))
-    return lim;
-  const Traind__V1__Job *j = (const Traind__V1__Job *)reply;
+  if (ctl_get_job(c, r, job, &j, &st)) return lim;
   const Traind__V1__BudgetSpec *b = j->spec ? j->spec->budget : NULL;
   if (b) lim = (limits){(double)b->max_tokens, b->max_flops, b->max_wall_seconds};
-  protobuf_c_message_free_unpacked(reply, NULL);
+  protobuf_c_message_free_unpacked(&j->base, NULL);
   return lim;
 }
 
@@ -149,14 +145,11 @@ int ctl_follow(ctl *c, const char *job, uint64_t after_seq, int follow, int live
   }
   if (!follow) return EXIT_OK;
   if (!last_state) { // the stream resumed after the final state change: ask
-    Traind__V1__GetJobRequest g = K(GET_JOB_REQUEST__INIT);
-    g.job_id = (char *)job;
-    ProtobufCMessage *reply;
+    Traind__V1__Job *j;
     rpc_status st;
-    if (rpc_unary(r, "/traind.v1.Trainer/GetJob", &g.base, &traind__v1__job__descriptor, &reply, c->timeout_ms, &st))
-      return ctl_fail("watch", &st);
-    last_state = ((Traind__V1__Job *)reply)->state;
-    protobuf_c_message_free_unpacked(reply, NULL);
+    if (ctl_get_job(c, r, job, &j, &st)) return ctl_fail("watch", &st);
+    last_state = j->state;
+    protobuf_c_message_free_unpacked(&j->base, NULL);
   }
   return exit_for(last_state);
 }

@@ -125,6 +125,13 @@ rpc *ctl_rpc(ctl *c) {
   return c->r;
 }
 
+int ctl_get_job(ctl *c, rpc *r, const char *job, Traind__V1__Job **out, rpc_status *st) {
+  Traind__V1__GetJobRequest g = TRAIND__V1__GET_JOB_REQUEST__INIT;
+  g.job_id = (char *)job;
+  return rpc_unary(r, "/traind.v1.Trainer/GetJob", &g.base, &traind__v1__job__descriptor,
+                   (ProtobufCMessage **)out, c->timeout_ms, st);
+}
+
 int ctl_fail(const char *what, const rpc_status *st) {
   fprintf(stderr, "trainctl: %s: %s: %s\n", what, rpc_code_name(st->code), st->msg);
   switch (st->code) {

@@ -36,6 +36,9 @@ struct option *ctl_opts(const struct option *own);
 rpc *ctl_rpc(ctl *c);
 // Prints a failed call's status and maps it to an exit code.
 int ctl_fail(const char *what, const rpc_status *st);
+// GetJob on r: 0 and the record in *out (free it with
+// protobuf_c_message_free_unpacked), or the call's failure in *st.
+int ctl_get_job(ctl *c, rpc *r, const char *job, Traind__V1__Job **out, rpc_status *st);
 // Prints a message as JSON on one line.
 void ctl_print_json(const ProtobufCMessage *m);
 const char *ctl_state_name(int state);
