@@ -17,6 +17,7 @@
 # would be there. Last line: "engine: <ratio>x vs torch" (5M model).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 BUILD_DIR=${BUILD_DIR:-build}
 THREADS=${THREADS:-$(nproc)}
 STEPS=${STEPS:-12}
@@ -25,10 +26,7 @@ export OMP_NUM_THREADS=$THREADS
 # The project's venv (deploy/install-deps.sh): the torch and transformers the
 # tests pin; PYTHON picks another interpreter.
 PY=${PYTHON:-.venv/bin/python3}
-if ! $PY -c 'import torch, transformers' 2>/dev/null; then
-  echo "engine.sh: the peer needs torch and transformers on $PY (run deploy/install-deps.sh)" >&2
-  exit 1
-fi
+bench_need_py "torch, transformers" "the peer"
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 

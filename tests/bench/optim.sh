@@ -16,6 +16,7 @@
 # Last line: "optim: <ratio>x vs torch, <pct>% of bandwidth bound".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 BUILD_DIR=${BUILD_DIR:-build}
 THREADS=${THREADS:-$(nproc)}
 PARAMS=${PARAMS:-134217728}
@@ -26,14 +27,8 @@ export OMP_NUM_THREADS=$THREADS
 # PYTHON picks another interpreter.
 PY=${PYTHON:-.venv/bin/python3}
 RATE="$BUILD_DIR/tests/bench_optim_rate"
-if [ ! -x "$RATE" ]; then
-  echo "optim.sh: $RATE is missing: build first (cmake --build $BUILD_DIR)" >&2
-  exit 1
-fi
-if ! $PY -c 'import torch' >/dev/null 2>&1; then
-  echo "optim.sh: the peer needs torch on $PY (run deploy/install-deps.sh)" >&2
-  exit 1
-fi
+bench_need_exe "$RATE"
+bench_need_py "torch" "the peer"
 field() { awk -v k="$1" '$1 == k {print $2}'; }
 peer() { # python impl
   "$1" tests/bench/optim_torch.py --impl "$2" --params "$PARAMS" --tensors "$TENSORS" --threads "$THREADS" \

@@ -22,6 +22,7 @@
 # sequence used)" (g: useful tokens/s packed over padded).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 BUILD_DIR=${BUILD_DIR:-build}
 SEQ=${SEQ:-512}
 BATCH=${BATCH:-4}
@@ -34,14 +35,8 @@ RECORDS=${RECORDS:-300}
 PY=${PYTHON:-.venv/bin/python3}
 T="$BUILD_DIR/engine/traind-train"
 TOK=tests/fixtures/tok/qwen2
-if [ ! -x "$T" ]; then
-  echo "packing.sh: $T is missing: build first (cmake --build $BUILD_DIR)" >&2
-  exit 1
-fi
-if ! $PY -c 'import tokenizers' 2>/dev/null; then
-  echo "packing.sh: the data generator needs tokenizers on $PY (run deploy/install-deps.sh)" >&2
-  exit 1
-fi
+bench_need_exe "$T"
+bench_need_py "tokenizers" "the data generator"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

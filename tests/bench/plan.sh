@@ -12,11 +12,9 @@
 # Last line: "plan: <speedup on the pinned 27B>x over every-4, max solve <s> s".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 BUILD_DIR=${BUILD_DIR:-build}
 BENCH="$BUILD_DIR/tests/bench_plan_bench"
-if [ ! -x "$BENCH" ]; then
-  echo "plan.sh: $BENCH is missing: build first (cmake --build $BUILD_DIR)" >&2
-  exit 1
-fi
+bench_need_exe "$BENCH"
 echo "machine: $(nproc) threads, $(uptime | sed 's/.*load/load/')"
 exec "$BENCH" "$PWD"

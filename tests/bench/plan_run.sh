@@ -10,13 +10,11 @@
 # of step".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 BUILD_DIR=${BUILD_DIR:-build}
 STEPS=${STEPS:-6}
 BENCH="$BUILD_DIR/tests/bench_plan_run"
-if [ ! -x "$BENCH" ]; then
-  echo "plan_run.sh: $BENCH is missing: build first (cmake --build $BUILD_DIR)" >&2
-  exit 1
-fi
+bench_need_exe "$BENCH"
 echo "machine: $(nproc) threads, $(uptime | sed 's/.*load/load/')"
 TIMELINES=${TIMELINES:-$BUILD_DIR/plan_run}
 mkdir -p "$TIMELINES"

@@ -32,6 +32,7 @@
 # loss <l1> vs <l2>; the 40M model's last.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 BUILD_DIR=${BUILD_DIR:-build}
 STEPS=${STEPS:-30}
 MEM_STEPS=${MEM_STEPS:-14}
@@ -39,10 +40,7 @@ BATCH=${BATCH:-8}
 SEQ=${SEQ:-256}
 BLOCK=${BLOCK:-32}
 RUN="$BUILD_DIR/tests/bench_poetx_run"
-if [ ! -x "$RUN" ]; then
-  echo "poetx.sh: $RUN is missing: build first (cmake --build $BUILD_DIR)" >&2
-  exit 1
-fi
+bench_need_exe "$RUN"
 DATA=data/demo/licenses.txt
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

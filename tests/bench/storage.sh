@@ -12,15 +12,13 @@
 # min_blob_size (storage/store_db.c).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 BUILD_DIR=${BUILD_DIR:-build}
 DIR=${DIR:-$BUILD_DIR/bench-storage}
 MIB=${MIB:-2048}
 REPS=${REPS:-5}
 bin=$BUILD_DIR/tests/bench_store_rate
-if [ ! -x "$bin" ]; then
-  echo "storage.sh: $bin is missing: build first (cmake --build $BUILD_DIR)" >&2
-  exit 1
-fi
+bench_need_exe "$bin"
 mkdir -p "$DIR"
 trap 'rm -rf "$DIR"' EXIT
 avail=$(df -Pm "$DIR" | awk 'NR == 2 {print $4}')

@@ -25,6 +25,7 @@
 # over theirs; mb: our MB/s, MB = 1e6 bytes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 BUILD_DIR=${BUILD_DIR:-build}
 MB=${MB:-6}
 VOCAB=${VOCAB:-32000}
@@ -33,14 +34,8 @@ REPS=${REPS:-5}
 # PYTHON picks another interpreter.
 PY=${PYTHON:-.venv/bin/python3}
 RATE="$BUILD_DIR/tests/bench_tok_rate"
-if [ ! -x "$RATE" ]; then
-  echo "tokenize.sh: $RATE is missing: build first (cmake --build $BUILD_DIR)" >&2
-  exit 1
-fi
-if ! $PY -c 'import tokenizers' 2>/dev/null; then
-  echo "tokenize.sh: the peer needs tokenizers on $PY (run deploy/install-deps.sh)" >&2
-  exit 1
-fi
+bench_need_exe "$RATE"
+bench_need_py "tokenizers" "the peer"
 export RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
