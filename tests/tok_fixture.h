@@ -7,17 +7,15 @@
 #include <stdio.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "tok/tok.h"
 
-// tests/fixtures/tok/<name>, or a file in it when file is not NULL (a
-// buffer of its own per call, valid for the next 3 calls).
+// tests/fixtures/tok/<name>, or a file in it when file is not NULL (fx_dir's
+// rotating buffers).
 static inline const char *tok_fixture_path(const char *name, const char *file) {
-  static char buf[4][4096];
-  static int k;
-  char *p = buf[k++ & 3];
-  snprintf(p, sizeof buf[0], "%s/tests/fixtures/tok/%s%s%s", TRAIND_SOURCE_DIR, name, file ? "/" : "",
-           file ? file : "");
-  return p;
+  char rel[256];
+  snprintf(rel, sizeof rel, "tok/%s%s%s", name, file ? "/" : "", file ? file : "");
+  return fx_dir(rel);
 }
 
 // Loads the fixture's tokenizer.json, and an encoder for it when enc is not NULL.
