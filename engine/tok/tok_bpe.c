@@ -120,21 +120,6 @@ static tok_cache_entry *cache_slot(eng_tok_enc *enc, const char *key, size_t len
   }
 }
 
-// Room for need ids and lengths in the cache's value arrays.
-static int cache_vals_grow(eng_tok_enc *enc, size_t need) {
-  if (need <= enc->vals_cap) return ENG_OK;
-  size_t c = enc->vals_cap ? 2 * enc->vals_cap : 4096;
-  while (c < need) c *= 2;
-  int32_t *ids = realloc(enc->cache_ids, c * sizeof *ids);
-  if (!ids) return ENG_ENOMEM;
-  enc->cache_ids = ids;
-  uint32_t *lens = realloc(enc->cache_lens, c * sizeof *lens);
-  if (!lens) return ENG_ENOMEM;
-  enc->cache_lens = lens;
-  enc->vals_cap = c;
-  return ENG_OK;
-}
-
 static int emit(eng_tok_ids *out, const int32_t *ids, const uint32_t *lens, uint32_t n, uint32_t off) {
   for (uint32_t k = 0; k < n; k++) {
     if (eng_tok_ids_push(out, ids[k], off)) return ENG_ENOMEM;
@@ -179,7 +164,9 @@ int tok_bpe(eng_tok_enc *enc, const tok_piece *pc, eng_tok_ids *out, eng_err *e)
   // Cache it; a full cache starts over rather than tracking use.
   size_t k = out->n - start;
   if (2 * (enc->cache_n + 1) > CACHE_SLOTS ||
-      tok_grow((void **)&enc->cache_keys, &enc->keys_cap, enc->keys_len + n, 1) || cache_vals_grow(enc, enc->vals_len + k)) {
+      tok_grow((void **)&enc->cache_keys, &enc->keys_cap, enc->keys_len + n, 1) ||
+      tok_grow2((void **)&enc->cache_ids, sizeof *enc->cache_ids, (void **)&enc->cache_lens, sizeof *enc->cache_lens,
+                &enc->vals_cap, enc->vals_len + k)) {
     memset(enc->cache, 0, CACHE_SLOTS * sizeof *enc->cache);
     enc->cache_n = 0;
     enc->keys_len = enc->vals_len = 0;

@@ -128,6 +128,8 @@ int tok_pieces_push(tok_pieces *ps, const char *p, size_t len, uint32_t off, int
 // Makes room for need elements of size bytes in the array *p of *cap
 // elements, doubling from 64: 0 or ENG_ENOMEM (then *p is as it was).
 int tok_grow(void **p, size_t *cap, size_t need, size_t size);
+// The same for two arrays that share one capacity (*cap elements each).
+int tok_grow2(void **a, size_t asize, void **b, size_t bsize, size_t *cap, size_t need);
 
 // A growing byte arena for text the pipeline makes (normalized pieces,
 // prefixed spaces): chunks never move, so pieces may point into them.

@@ -95,6 +95,13 @@ int tok_grow(void **p, size_t *cap, size_t need, size_t size) {
   return ENG_OK;
 }
 
+int tok_grow2(void **a, size_t asize, void **b, size_t bsize, size_t *cap, size_t need) {
+  size_t ca = *cap, cb = *cap;
+  if (tok_grow(a, &ca, need, asize) || tok_grow(b, &cb, need, bsize)) return ENG_ENOMEM;
+  *cap = ca; // cb: the same, grown the same way
+  return ENG_OK;
+}
+
 int tok_pieces_push(tok_pieces *ps, const char *p, size_t len, uint32_t off, int32_t added) {
   if (tok_grow((void **)&ps->v, &ps->cap, ps->n + 1, sizeof *ps->v)) return ENG_ENOMEM;
   ps->v[ps->n++] = (tok_piece){p, (uint32_t)len, off, UINT32_MAX, added};
@@ -133,16 +140,8 @@ void tok_arena_free(tok_arena *a) {
 }
 
 int eng_tok_ids_push(eng_tok_ids *v, int32_t id, uint32_t off) {
-  if (v->n == v->cap) {
-    size_t cap = v->cap ? 2 * v->cap : 256;
-    int32_t *ids = realloc(v->ids, cap * sizeof *ids);
-    if (!ids) return ENG_ENOMEM;
-    v->ids = ids;
-    uint32_t *o = realloc(v->off, cap * sizeof *o);
-    if (!o) return ENG_ENOMEM;
-    v->off = o;
-    v->cap = cap;
-  }
+  if (tok_grow2((void **)&v->ids, sizeof *v->ids, (void **)&v->off, sizeof *v->off, &v->cap, v->n + 1))
+    return ENG_ENOMEM;
   v->ids[v->n] = id;
   v->off[v->n] = off;
   v->n++;
