@@ -2,6 +2,7 @@
 #include "server.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_posix.h>
@@ -20,11 +21,14 @@
 #include "mbox.h"
 #include "validate.h"
 
-// One operation in flight on the completion queue. The cq thread fills ok
-// and posts item; fn runs on the loop.
+// One operation in flight on the completion queue. The cq thread fills ok,
+// then runs fn itself (on_cq: a call's arrival and its request message,
+// before the loop has seen the call) or posts item for fn to run on the
+// loop.
 typedef struct srv_tag {
   mbox_item item;
   int ok;
+  int on_cq;
   void (*fn)(struct srv_tag *t);
   srv_call *c; // the call it belongs to, or NULL for the server's own tags
   srv *s;      // the server's own tags
@@ -35,10 +39,12 @@ struct srv_call {
   grpc_call *call;                  // NULL until request_call completes
   grpc_call_details details;
   grpc_metadata_array md;           // request metadata, owned by the call
-  srv_tag t_new, t_recv, t_send, t_close;
+  srv_tag t_new, t_recv, t_ready, t_send, t_close;
   grpc_byte_buffer *recv_buf;
   grpc_byte_buffer *send_buf;       // kept until its batch completes
   int client_cancelled;             // RECV_CLOSE_ON_SERVER's out value
+  int recv_ok;                      // the request message arrived and decoded
+  val_err recv_err;                 // else why not, when the client sent one
   int fd;                           // the Unix connection's descriptor, else -1
   srv_caller caller;
   int md_sent;                      // SEND_INITIAL_METADATA was started
@@ -68,12 +74,30 @@ struct srv {
   int n_methods;
   void *data;
   char *token;
-  int stopping;
+  _Atomic int stopping;             // read by the cq thread (call_arm)
+  // Calls handed to the loop and not yet taken up by it, and the request_call
+  // the cq thread owes for calls that arrived while that was at its limit:
+  // a flood of calls (rapid reset) waits in the core, where the listener's
+  // per-connection reset count can stop it, not in the loop's mailbox.
+  _Atomic int ready_queued, arms_owed;
   void (*done)(void *);
   void *done_arg;
 };
 
 static void call_arm(srv *s);
+static void handoff(srv_call *c);
+
+#define SRV_READY_MAX 64
+
+// Any thread: the request_calls owed, made now.
+static void arms_pay(srv *s) {
+  int o = atomic_load(&s->arms_owed);
+  while (o > 0)
+    if (atomic_compare_exchange_weak(&s->arms_owed, &o, o - 1)) {
+      if (!s->stopping) call_arm(s);
+      o = atomic_load(&s->arms_owed);
+    }
+}
 
 // ---- plumbing ------------------------------------------------------------------
 
@@ -86,7 +110,8 @@ static void cq_thread(void *arg) {
     if (ev.type != GRPC_OP_COMPLETE) continue;
     srv_tag *t = ev.tag;
     t->ok = ev.success;
-    mbox_post(&s->mb, &t->item);
+    if (t->on_cq) t->fn(t);
+    else mbox_post(&s->mb, &t->item);
   }
   mbox_post(&s->mb, &s->t_thread_done.item);
 }
@@ -254,7 +279,7 @@ static void on_close(srv_tag *t) {
   srv_call *c = t->c;
   c->pending--;
   c->closed = 1;
-  if (c->client_cancelled && !c->status_started && c->fd >= 0 && c->s->unix_lsn)
+  if (c->client_cancelled && c->fd >= 0 && c->s->unix_lsn)
     lsn_note_reset(c->s->unix_lsn, c->fd);
   c->sent = NULL;
   if (c->on_close) {
@@ -262,40 +287,6 @@ static void on_close(srv_tag *t) {
     c->on_close = NULL;
     fn(c, c->app);
   }
-  call_settle(c);
-}
-
-static const char *unpack_error(const srv_method *m) {
-  static char buf[256];
-  snprintf(buf, sizeof buf, "request: not a valid %s message", m->req->name);
-  return buf;
-}
-
-static void on_recv(srv_tag *t) {
-  srv_call *c = t->c;
-  c->pending--;
-  if (!t->ok || !c->recv_buf) {
-    // The client half-closed without a message, or the message broke a limit
-    // (the core then fails the call with RESOURCE_EXHAUSTED itself).
-    if (t->ok) srv_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "request: no request message was sent");
-    call_settle(c);
-    return;
-  }
-  grpc_byte_buffer_reader rd;
-  grpc_slice sl = grpc_empty_slice();
-  if (grpc_byte_buffer_reader_init(&rd, c->recv_buf)) {
-    sl = grpc_byte_buffer_reader_readall(&rd);
-    grpc_byte_buffer_reader_destroy(&rd);
-  }
-  val_err ve;
-  int nul = val_wire(c->m->req, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl), &ve);
-  if (!nul) c->req = protobuf_c_message_unpack(c->m->req, NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
-  grpc_slice_unref(sl);
-  grpc_byte_buffer_destroy(c->recv_buf);
-  c->recv_buf = NULL;
-  if (nul) srv_fail(c, ve.code, "%s", ve.msg);
-  else if (!c->req) srv_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s", unpack_error(c->m));
-  else if (!c->closed) c->m->handle(c, c->req);
   call_settle(c);
 }
 
@@ -330,16 +321,60 @@ static void call_identify(srv_call *c) {
   gpr_free(peer);
 }
 
-static void on_new(srv_tag *t) {
+// Loop: the call with its request (or its failure) is the loop's from here.
+// Who calls and whether they may is decided here, where the listener's
+// peers and the token live.
+static void on_ready(srv_tag *t) {
   srv_call *c = t->c;
   srv *s = c->s;
-  if (!t->ok) { // the server is shutting down: no call arrived
-    call_free(c);
-    return;
-  }
-  if (!s->stopping) call_arm(s);
+  atomic_fetch_sub(&s->ready_queued, 1);
+  arms_pay(s);
   call_identify(c);
+  size_t len = GRPC_SLICE_LENGTH(c->details.method);
+  const char *path = (const char *)GRPC_SLICE_START_PTR(c->details.method);
+  if (!c->m) srv_fail(c, GRPC_STATUS_UNIMPLEMENTED, "method: not served by traind: %.*s", (int)len, path);
+  else if (!c->caller.local && (!s->token || !token_ok(s, &c->md)))
+    srv_fail(c, GRPC_STATUS_UNAUTHENTICATED, "authorization: a valid bearer token is required over TCP");
+  else if (s->stopping) srv_fail(c, GRPC_STATUS_UNAVAILABLE, "traind is shutting down");
+  else if (c->recv_err.msg[0]) srv_fail(c, c->recv_err.code, "%s", c->recv_err.msg);
+  else if (c->recv_ok && !c->closed) c->m->handle(c, c->req);
+  call_settle(c);
+}
 
+// cq thread, the call still its own: the request message is decoded here,
+// off the loop, and the close armed; then the loop gets the call.
+static void on_recv(srv_tag *t) {
+  srv_call *c = t->c;
+  c->pending--;
+  if (t->ok && !c->recv_buf) { // half-closed without a message
+    c->recv_err = (val_err){GRPC_STATUS_INVALID_ARGUMENT, "request: no request message was sent"};
+  } else if (t->ok && c->m) {
+    // (!ok: the client went away, or the message broke a limit and the core
+    // fails the call with RESOURCE_EXHAUSTED itself.)
+    grpc_byte_buffer_reader rd;
+    grpc_slice sl = grpc_empty_slice();
+    if (grpc_byte_buffer_reader_init(&rd, c->recv_buf)) {
+      sl = grpc_byte_buffer_reader_readall(&rd);
+      grpc_byte_buffer_reader_destroy(&rd);
+    }
+    if (!val_wire(c->m->req, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl), &c->recv_err)) {
+      c->req = protobuf_c_message_unpack(c->m->req, NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+      if (c->req) c->recv_ok = 1;
+      else {
+        c->recv_err.code = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(c->recv_err.msg, sizeof c->recv_err.msg, "request: not a valid %s message", c->m->req->name);
+      }
+    }
+    grpc_slice_unref(sl);
+  }
+  if (c->recv_buf) grpc_byte_buffer_destroy(c->recv_buf);
+  c->recv_buf = NULL;
+  handoff(c);
+}
+
+// cq thread: arms the close (which reports a client that goes away) and
+// gives the call to the loop; the cq thread does not touch it again.
+static void handoff(srv_call *c) {
   grpc_op close_op;
   memset(&close_op, 0, sizeof close_op);
   close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -347,43 +382,39 @@ static void on_new(srv_tag *t) {
   if (call_batch(c, &close_op, 1, &c->t_close)) {
     grpc_call_cancel(c->call, NULL);
     c->closed = 1;
-    call_settle(c);
+  }
+  atomic_fetch_add(&c->s->ready_queued, 1);
+  mbox_post(&c->s->mb, &c->t_ready.item);
+}
+
+// cq thread: a call arrived. Another is requested at once, and its request
+// message read; a streaming call's headers go out now (clients wait for
+// them to open a stream), a unary call's with its answer.
+static void on_new(srv_tag *t) {
+  srv_call *c = t->c;
+  srv *s = c->s;
+  if (!t->ok) { // the server is shutting down: no call arrived
+    call_free(c);
     return;
   }
-
-  grpc_op ops[2];
-  memset(ops, 0, sizeof ops);
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  // The next call is requested now unless the loop is behind (arms_pay,
+  // seq_cst: either this thread sees the loop's take-up or the loop sees
+  // what is owed).
+  atomic_fetch_add(&s->arms_owed, 1);
+  if (atomic_load(&s->ready_queued) < SRV_READY_MAX) arms_pay(s);
   size_t len = GRPC_SLICE_LENGTH(c->details.method);
   const char *path = (const char *)GRPC_SLICE_START_PTR(c->details.method);
   for (int i = 0; i < s->n_methods; i++)
     if (strlen(s->methods[i].path) == len && !memcmp(s->methods[i].path, path, len)) c->m = &s->methods[i];
 
-  const char *refuse = NULL;
-  grpc_status_code code = GRPC_STATUS_OK;
-  if (!c->m) {
-    code = GRPC_STATUS_UNIMPLEMENTED;
-    refuse = "method: not served by traind";
-  } else if (!c->caller.local && (!s->token || !token_ok(s, &c->md))) {
-    code = GRPC_STATUS_UNAUTHENTICATED;
-    refuse = "authorization: a valid bearer token is required over TCP";
-  } else if (s->stopping) {
-    code = GRPC_STATUS_UNAVAILABLE;
-    refuse = "traind is shutting down";
-  }
-  if (refuse) {
-    if (code == GRPC_STATUS_UNIMPLEMENTED) srv_fail(c, code, "%s: %.*s", refuse, (int)len, path);
-    else srv_fail(c, code, "%s", refuse);
-    return;
-  }
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[1].op = GRPC_OP_RECV_MESSAGE;
   ops[1].data.recv_message.recv_message = &c->recv_buf;
-  if (c->m->streaming) {
-    c->md_sent = 1;
-    call_batch(c, ops, 2, &c->t_recv);
-  } else {
-    call_batch(c, ops + 1, 1, &c->t_recv); // headers go with the answer (send_status)
-  }
+  int streaming = c->m && c->m->streaming;
+  c->md_sent = streaming;
+  if (call_batch(c, streaming ? ops : ops + 1, streaming ? 2 : 1, &c->t_recv)) handoff(c); // the loop ends it
 }
 
 static void tag_init(srv_tag *t, srv_call *c, void (*fn)(srv_tag *)) {
@@ -405,7 +436,10 @@ static void call_arm(srv *s) {
   grpc_call_details_init(&c->details);
   grpc_metadata_array_init(&c->md);
   tag_init(&c->t_new, c, on_new);
+  c->t_new.on_cq = 1;
   tag_init(&c->t_recv, c, on_recv);
+  c->t_recv.on_cq = 1;
+  tag_init(&c->t_ready, c, on_ready);
   tag_init(&c->t_send, c, on_send);
   tag_init(&c->t_close, c, on_close);
   grpc_call_error err = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq, &c->t_new);

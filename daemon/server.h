@@ -1,10 +1,12 @@
 // The gRPC server over the C core, driven from the libuv loop (DESIGN §5).
 // The core gives libuv no file descriptor to poll, so one completion queue
-// is drained by a dedicated thread (blocking in grpc_completion_queue_next)
-// that posts every finished operation to the loop through an mbox; every
-// grpc_* call is made on the loop thread. A call reaches its method's handler on
-// the loop with its request message decoded; the handler answers at once or
-// later (srv_reply / srv_fail), or streams (srv_send ... srv_finish).
+// is drained by a dedicated thread (blocking in grpc_completion_queue_next).
+// That thread takes a call's first steps itself (the next request_call, the
+// request message read and decoded, the close armed) and then posts the call
+// to the loop through an mbox, as it posts every later operation's
+// completion. A call reaches its method's handler on the loop with its request
+// message decoded; the handler answers at once or later (srv_reply /
+// srv_fail), or streams (srv_send ... srv_finish).
 #ifndef TRAIND_SERVER_H
 #define TRAIND_SERVER_H
 

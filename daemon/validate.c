@@ -51,10 +51,34 @@ static int utf8_ok(const char *s) {
   return 1;
 }
 
-int val_message(const ProtobufCMessage *m, const char *path, val_err *e) {
+// The fields a check descended through, innermost first: the path is only
+// spelled out for an error, so a clean request costs no formatting.
+typedef struct field_path {
+  const struct field_path *up;
+  const char *name;
+  long index; // of a repeated field's element, else -1
+} field_path;
+
+static size_t field_path_fmt(const field_path *w, char *out, size_t n) {
+  size_t k = w->up ? field_path_fmt(w->up, out, n) : 0;
+  int m = w->index >= 0 ? snprintf(out + k, n - k, "%s%s[%ld]", k ? "." : "", w->name, w->index)
+                        : snprintf(out + k, n - k, "%s%s", k ? "." : "", w->name);
+  return m < 0 ? k : k + (size_t)m < n ? k + (size_t)m : n - 1;
+}
+
+static int field_bad(val_err *e, const field_path *w, const char *what) {
+  char name[512] = "";
+  if (w) field_path_fmt(w, name, sizeof name);
+  return bad(e, "%s: %s", name, what);
+}
+
+static int message_scan(const ProtobufCMessage *m, const field_path *path, val_err *e) {
   const ProtobufCMessageDescriptor *d = m->descriptor;
-  if (m->n_unknown_fields)
-    return bad(e, "%s: field number %u is not part of %s", path, m->unknown_fields[0].tag, d->name);
+  if (m->n_unknown_fields) {
+    char what[256];
+    snprintf(what, sizeof what, "field number %u is not part of %s", m->unknown_fields[0].tag, d->name);
+    return field_bad(e, path, what);
+  }
   for (unsigned i = 0; i < d->n_fields; i++) {
     const ProtobufCFieldDescriptor *f = &d->fields[i];
     if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
@@ -67,17 +91,20 @@ int val_message(const ProtobufCMessage *m, const char *path, val_err *e) {
     } else if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
       if (*(const uint32_t *)((const char *)m + f->quantifier_offset) != f->id) continue;
     }
-    char sub[512];
     for (size_t k = 0; k < n; k++) {
       const void *v = items[k];
       if (!v) continue;
-      if (f->label == PROTOBUF_C_LABEL_REPEATED) snprintf(sub, sizeof sub, "%s.%s[%zu]", path, f->name, k);
-      else snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", f->name);
-      if (f->type == PROTOBUF_C_TYPE_STRING && !utf8_ok(v)) return bad(e, "%s: not valid UTF-8", sub);
-      if (f->type == PROTOBUF_C_TYPE_MESSAGE && val_message(v, sub, e)) return -1;
+      field_path sub = {path, f->name, f->label == PROTOBUF_C_LABEL_REPEATED ? (long)k : -1};
+      if (f->type == PROTOBUF_C_TYPE_STRING && !utf8_ok(v)) return field_bad(e, &sub, "not valid UTF-8");
+      if (f->type == PROTOBUF_C_TYPE_MESSAGE && message_scan(v, &sub, e)) return -1;
     }
   }
   return 0;
+}
+
+int val_message(const ProtobufCMessage *m, const char *path, val_err *e) {
+  field_path root = {NULL, path, -1};
+  return message_scan(m, *path ? &root : NULL, e);
 }
 
 // ---- the bytes on the wire -----------------------------------------------------------
@@ -93,7 +120,7 @@ static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
   return -1;
 }
 
-static int wire_scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end, const char *path,
+static int wire_scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end, const field_path *path,
                      int depth, val_err *e) {
   // Deeper than any message of ours nests: the decoder judges the rest.
   while (p < end && depth < 32) {
@@ -116,19 +143,21 @@ static int wire_scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, cons
     if (wire_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
     const ProtobufCFieldDescriptor *f =
         tag >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3)) : NULL;
-    char sub[512];
-    if (f) snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", f->name);
-    if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, v))
-      return bad(e, "%s: contains a NUL byte (at byte %zu of %llu)", sub, (size_t)((const uint8_t *)memchr(p, 0, v) - p),
-                 (unsigned long long)v);
-    if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && wire_scan(f->descriptor, p, p + v, sub, depth + 1, e)) return -1;
+    field_path sub = {path, f ? f->name : "", -1};
+    const uint8_t *nul = f && f->type == PROTOBUF_C_TYPE_STRING ? memchr(p, 0, v) : NULL;
+    if (nul) {
+      char what[128];
+      snprintf(what, sizeof what, "contains a NUL byte (at byte %zu of %llu)", (size_t)(nul - p), (unsigned long long)v);
+      return field_bad(e, &sub, what);
+    }
+    if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && wire_scan(f->descriptor, p, p + v, &sub, depth + 1, e)) return -1;
     p += v;
   }
   return 0;
 }
 
 int val_wire(const ProtobufCMessageDescriptor *d, const void *buf, size_t n, val_err *e) {
-  return wire_scan(d, buf, (const uint8_t *)buf + n, "", 0, e);
+  return wire_scan(d, buf, (const uint8_t *)buf + n, NULL, 0, e);
 }
 
 // ---- fields --------------------------------------------------------------------------

@@ -28,6 +28,17 @@ static size_t place(eng_tensor *t, size_t off, int rows, int cols, int present) 
   return off + t->numel;
 }
 
+// a then b into name (truncated to fit). Not snprintf: the daemon lays out
+// every submitted job's model, and formatting was a visible part of that.
+static void name_set(char *name, size_t n, const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > n - 1) la = n - 1;
+  if (lb > n - 1 - la) lb = n - 1 - la;
+  memcpy(name, a, la);
+  memcpy(name + la, b, lb);
+  name[la + lb] = 0;
+}
+
 void eng_layout_init(eng_layout *lo, const eng_config *c) {
   memset(lo, 0, sizeof *lo);
   const int d = c->d_model, q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
@@ -59,14 +70,14 @@ void eng_layout_init(eng_layout *lo, const eng_config *c) {
   off = place(&p[ENG_P_WDOWN], off, d, ff, 1);
   lo->layer_numel = off;
   for (int i = 0; i < ENG_P_LAYER_COUNT; i++)
-    snprintf(p[i].name, sizeof p[i].name, "model.layers.0.%s", layer_names[i].suffix);
+    name_set(p[i].name, sizeof p[i].name, "model.layers.0.", layer_names[i].suffix);
 
   place(&lo->embed, 0, c->vocab, d, 1);
-  snprintf(lo->embed.name, sizeof lo->embed.name, "model.embed_tokens.weight");
+  name_set(lo->embed.name, sizeof lo->embed.name, "model.embed_tokens.weight", "");
   off = place(&lo->final_norm, 0, d, 0, 1);
-  snprintf(lo->final_norm.name, sizeof lo->final_norm.name, "model.norm.weight");
+  name_set(lo->final_norm.name, sizeof lo->final_norm.name, "model.norm.weight", "");
   off = place(&lo->lm_head, off, c->vocab, d, !c->tie_embeddings);
-  snprintf(lo->lm_head.name, sizeof lo->lm_head.name, "lm_head.weight");
+  name_set(lo->lm_head.name, sizeof lo->lm_head.name, "lm_head.weight", "");
   lo->head_numel = off;
   lo->total_numel = lo->embed.numel + (size_t)c->n_layers * lo->layer_numel + lo->head_numel;
 }
