@@ -9,11 +9,10 @@
 #include "log.h"
 #include "mbox.h"
 
-typedef enum { OP_JOB_PUT, OP_JOB_DELETE, OP_EVENT_PUT } op_kind;
 
 typedef struct op {
   struct op *next;
-  op_kind kind;
+  store_op_kind kind;
   char job[STORE_JOB_MAX + 1];
   void *bytes; // the record or the event (malloc'd)
   size_t n;
@@ -54,15 +53,6 @@ static void op_free(op *o) {
   free(o);
 }
 
-static int op_apply(store *st, const op *o, eng_err *e) {
-  switch (o->kind) {
-  case OP_JOB_PUT: return store_job_put(st, o->job, o->bytes, o->n, o->state, o->order, e);
-  case OP_JOB_DELETE: return store_job_delete(st, o->job, e);
-  case OP_EVENT_PUT: return store_event_put(st, o->job, o->seq, o->bytes, o->n, e);
-  }
-  return 0;
-}
-
 static void run_waiters(commit *c, uint64_t upto) {
   while (c->head && c->head->gen <= upto) {
     waiter *w = c->head;
@@ -84,13 +74,22 @@ static void on_synced(mbox *b, mbox_item *it) {
 // Applies *ops in order, freeing each once written, then syncs. On a
 // failure *ops keeps the writes not made (the failed one first) and the
 // sync is left for the retry.
+// One round: every queued write in one atomic batch, then one sync. On
+// failure nothing of it was applied and *ops is left as it was.
 static int round_write(store *st, op **ops, eng_err *e) {
-  while (*ops) {
-    op *o = *ops;
-    int rc = op_apply(st, o, e);
-    if (rc) return rc;
-    *ops = o->next;
-    op_free(o);
+  size_t n = 0;
+  for (op *o = *ops; o; o = o->next) n++;
+  store_op *v = malloc((n ? n : 1) * sizeof *v);
+  if (!v) return eng_err_set(e, ENG_ENOMEM, "cannot allocate a round of %zu writes", n);
+  size_t i = 0;
+  for (op *o = *ops; o; o = o->next)
+    v[i++] = (store_op){o->kind, o->job, o->bytes, o->n, o->state, o->order, o->seq};
+  int rc = store_ops_write(st, v, n, e);
+  free(v);
+  if (rc) return rc;
+  for (op *next; *ops; *ops = next) {
+    next = (*ops)->next;
+    op_free(*ops);
   }
   return store_sync(st, e);
 }
@@ -196,7 +195,7 @@ static void enqueue(commit *c, op *o) {
   uv_mutex_unlock(&c->mu);
 }
 
-static op *op_new(op_kind kind, const char *job, void *bytes, size_t n) {
+static op *op_new(store_op_kind kind, const char *job, void *bytes, size_t n) {
   op *o = calloc(1, sizeof *o);
   if (!o) {
     free(bytes);
@@ -211,7 +210,7 @@ static op *op_new(op_kind kind, const char *job, void *bytes, size_t n) {
 }
 
 void commit_job_put(commit *c, const char *job, void *rec, size_t n, uint32_t state, int64_t order) {
-  op *o = op_new(OP_JOB_PUT, job, rec, n);
+  op *o = op_new(STORE_OP_JOB_PUT, job, rec, n);
   if (!o) return;
   o->state = state;
   o->order = order;
@@ -219,12 +218,12 @@ void commit_job_put(commit *c, const char *job, void *rec, size_t n, uint32_t st
 }
 
 void commit_job_delete(commit *c, const char *job) {
-  op *o = op_new(OP_JOB_DELETE, job, NULL, 0);
+  op *o = op_new(STORE_OP_JOB_DELETE, job, NULL, 0);
   if (o) enqueue(c, o);
 }
 
 void commit_event_put(commit *c, const char *job, uint64_t seq, void *ev, size_t n) {
-  op *o = op_new(OP_EVENT_PUT, job, ev, n);
+  op *o = op_new(STORE_OP_EVENT_PUT, job, ev, n);
   if (!o) return;
   o->seq = seq;
   enqueue(c, o);

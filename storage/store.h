@@ -103,6 +103,24 @@ typedef int (*store_job_fn)(void *ctx, const char *job, uint32_t state, int64_t 
 int store_job_scan_state(store *s, uint32_t state, store_job_fn fn, void *ctx, eng_err *e);
 int store_job_scan_queue(store *s, store_job_fn fn, void *ctx, eng_err *e);
 
+// ---- several writes at once -----------------------------------------------------
+// Job records, deletions and events applied in order as one atomic write
+// (one write-ahead-log record: all or none), for group commit, where one
+// write per record cost more than the records themselves. A job put or
+// deleted twice in ops is indexed as its last write says. Synced, or for
+// store_sync to make durable (group_commit).
+typedef enum { STORE_OP_JOB_PUT, STORE_OP_JOB_DELETE, STORE_OP_EVENT_PUT } store_op_kind;
+typedef struct store_op {
+  store_op_kind kind;
+  const char *job;
+  const void *bytes; // the record (JOB_PUT) or the event (EVENT_PUT)
+  size_t n;
+  uint32_t state;    // JOB_PUT: as store_job_put takes them
+  int64_t order;
+  uint64_t seq;      // EVENT_PUT
+} store_op;
+int store_ops_write(store *s, const store_op *ops, size_t n, eng_err *e);
+
 // ---- events -------------------------------------------------------------------
 // Writes one event at a sequence number its caller keeps (the one writer of
 // the job's log: the daemon's loop numbers them 1, 2, ...), replacing one

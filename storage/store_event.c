@@ -4,7 +4,7 @@
 
 #include "store_impl.h"
 
-static skey key_event(const char *job, uint64_t seq) {
+skey store_event_key(const char *job, uint64_t seq) {
   skey k = {.n = 0};
   key_job(&k, job);
   key_be64(&k, seq);
@@ -13,7 +13,7 @@ static skey key_event(const char *job, uint64_t seq) {
 
 // The job's last sequence number, 0 when it has no events.
 static int last_seq(store *s, const char *job, uint64_t *seq, eng_err *e) {
-  skey lo = key_event(job, 0), hi = key_event(job, UINT64_MAX);
+  skey lo = store_event_key(job, 0), hi = store_event_key(job, UINT64_MAX);
   rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->rd, s->cf[CF_EVENTS]);
   rocksdb_iter_seek_for_prev(it, hi.b, hi.n);
   *seq = 0;
@@ -29,14 +29,8 @@ static int last_seq(store *s, const char *job, uint64_t *seq, eng_err *e) {
 }
 
 int store_event_put(store *s, const char *job, uint64_t seq, const void *ev, size_t n, eng_err *e) {
-  int rc = store_job_check(job, e);
-  if (rc || (rc = store_enter(s, e))) return rc;
-  skey k = key_event(job, seq);
-  char *err = NULL;
-  rocksdb_put_cf(s->db, s->w_rec, s->cf[CF_EVENTS], k.b, k.n, ev, n, &err);
-  if (err) rc = store_rocks_err(s, err, 1, e, "job \"%s\": writing event %" PRIu64, job, seq);
-  store_leave(s);
-  return rc;
+  store_op op = {.kind = STORE_OP_EVENT_PUT, .job = job, .bytes = ev, .n = n, .seq = seq};
+  return store_ops_write(s, &op, 1, e);
 }
 
 int store_event_last(store *s, const char *job, uint64_t *seq, eng_err *e) {
@@ -50,7 +44,7 @@ int store_event_last(store *s, const char *job, uint64_t *seq, eng_err *e) {
 int store_event_scan(store *s, const char *job, uint64_t from, store_event_fn fn, void *ctx, eng_err *e) {
   int rc = store_job_check(job, e);
   if (rc || (rc = store_enter(s, e))) return rc;
-  skey lo = key_event(job, from), hi = {.n = 0};
+  skey lo = store_event_key(job, from), hi = {.n = 0};
   key_job(&hi, job);
   hi = key_next(hi);
   rocksdb_readoptions_t *ro = rocksdb_readoptions_create();

@@ -161,6 +161,8 @@ int store_rocks_err(store *s, char *err, int write, eng_err *e, const char *fmt,
 // names it in the message ("job id", "shard name").
 int store_id_check(const char *what, const char *id, int max, eng_err *e);
 #define store_job_check(job, e) store_id_check("job id", job, STORE_JOB_MAX, e)
+// The event log's key: J seq (store_event.c).
+skey store_event_key(const char *job, uint64_t seq);
 #define store_name_check(name, e) store_id_check("shard name", name, STORE_NAME_MAX, e)
 
 // ---- garbage (store_gc.c) ----------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "common/hash.h"
 #include "store_impl.h"
 
 enum { HEADER = 12 };
@@ -44,59 +45,142 @@ static int read_record(store *s, const char *job, char **v, size_t *n, eng_err *
   return 0;
 }
 
-// Adds the deletion of the job's index entries, as its stored record names
-// them, to b: nothing when the job has no record yet. 0 or an error.
-static int unindex(store *s, rocksdb_writebatch_t *b, const char *job, eng_err *e) {
-  char *v;
+// What a batch being built has done to one job's record: its index entries
+// are those, not the stored record's, for any later write in the batch.
+typedef struct seen {
+  const char *job; // NULL: a free slot
+  int present;
+  uint32_t state;
+  int64_t order;
+} seen;
+
+// The slot of job in a table of cap (a power of two) slots.
+static seen *seen_slot(seen *t, size_t cap, const char *job) {
+  size_t i = (size_t)eng_fnv1a64(ENG_FNV1A64_INIT, job, strlen(job)) & (cap - 1);
+  while (t[i].job && strcmp(t[i].job, job)) i = (i + 1) & (cap - 1);
+  return &t[i];
+}
+
+// Adds the deletion of the job's index entries to b, as the batch so far
+// (sn, when it touched the job) or else its stored record names them:
+// nothing when the job has no record yet. 0 or an error.
+static int unindex(store *s, rocksdb_writebatch_t *b, const char *job, const seen *sn, eng_err *e) {
+  char *v = NULL;
   size_t n;
-  int rc = read_record(s, job, &v, &n, e);
-  if (rc) return rc > 0 ? 0 : rc;
-  skey ks = key_state(get_be32(v), job);
+  uint32_t state;
+  int64_t order;
+  if (sn->job) {
+    if (!sn->present) return 0;
+    state = sn->state, order = sn->order;
+  } else {
+    int rc = read_record(s, job, &v, &n, e);
+    if (rc) return rc > 0 ? 0 : rc;
+    state = get_be32(v), order = (int64_t)get_be64(v + 4);
+    rocksdb_free(v);
+  }
+  skey ks = key_state(state, job);
   rocksdb_writebatch_delete_cf(b, s->cf[CF_JOBS], ks.b, ks.n);
-  int64_t order = (int64_t)get_be64(v + 4);
   if (order >= 0) {
     skey kq = key_queue(order, job);
     rocksdb_writebatch_delete_cf(b, s->cf[CF_JOBS], kq.b, kq.n);
   }
-  rocksdb_free(v);
   return 0;
+}
+
+// Adds the deletion of every key of one job in [tag J, next) of a family to b.
+static void delete_prefix(store *s, rocksdb_writebatch_t *b, int cf, int tag, const char *job) {
+  skey lo = {.n = 0};
+  if (tag) lo.b[lo.n++] = (char)tag;
+  key_job(&lo, job);
+  skey hi = key_next(lo);
+  rocksdb_writebatch_delete_range_cf(b, s->cf[cf], lo.b, lo.n, hi.b, hi.n);
+}
+
+static int batch_put(store *s, rocksdb_writebatch_t *b, const store_op *o, seen *sn, eng_err *e) {
+  int rc = unindex(s, b, o->job, sn, e);
+  if (rc) return rc;
+  skey h = {.n = 0};
+  key_be32(&h, o->state);
+  key_be64(&h, (uint64_t)o->order);
+  skey kr = key_record(o->job), ks = key_state(o->state, o->job);
+  // The record is the header and the caller's bytes, without a copy.
+  rocksdb_writebatch_putv_cf(b, s->cf[CF_JOBS], 1, (const char *[]){kr.b}, (const size_t[]){kr.n}, 2,
+                             (const char *[]){h.b, (const char *)o->bytes}, (const size_t[]){HEADER, o->n});
+  rocksdb_writebatch_put_cf(b, s->cf[CF_JOBS], ks.b, ks.n, h.b + 4, 8);
+  if (o->order >= 0) {
+    skey kq = key_queue(o->order, o->job);
+    rocksdb_writebatch_put_cf(b, s->cf[CF_JOBS], kq.b, kq.n, h.b, 4);
+  }
+  *sn = (seen){o->job, 1, o->state, o->order};
+  return 0;
+}
+
+static int batch_delete(store *s, rocksdb_writebatch_t *b, const store_op *o, seen *sn, eng_err *e) {
+  int rc = unindex(s, b, o->job, sn, e);
+  if (rc) return rc;
+  delete_prefix(s, b, CF_JOBS, 'R', o->job);
+  delete_prefix(s, b, CF_JOBS, 'C', o->job);
+  delete_prefix(s, b, CF_EVENTS, 0, o->job);
+  delete_prefix(s, b, CF_CKPT, 'M', o->job);
+  delete_prefix(s, b, CF_CKPT, 'P', o->job);
+  delete_prefix(s, b, CF_CKPT, 'D', o->job);
+  *sn = (seen){o->job, 0, 0, -1};
+  return 0;
+}
+
+int store_ops_write(store *s, const store_op *ops, size_t n, eng_err *e) {
+  for (size_t i = 0; i < n; i++) {
+    int rc = store_job_check(ops[i].job, e);
+    if (rc) return rc;
+  }
+  size_t cap = 4;
+  while (cap < 2 * n) cap *= 2;
+  seen *tab = calloc(cap, sizeof *tab);
+  if (!tab) return eng_err_set(e, ENG_ENOMEM, "cannot allocate a batch of %zu writes", n);
+  int rc = store_enter(s, e);
+  if (rc) {
+    free(tab);
+    return rc;
+  }
+  // meta_mu: an index is read and rewritten as one step.
+  pthread_mutex_lock(&s->meta_mu);
+  rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+  for (size_t i = 0; i < n && !rc; i++) {
+    const store_op *o = &ops[i];
+    switch (o->kind) {
+    case STORE_OP_JOB_PUT: rc = batch_put(s, b, o, seen_slot(tab, cap, o->job), e); break;
+    case STORE_OP_JOB_DELETE: rc = batch_delete(s, b, o, seen_slot(tab, cap, o->job), e); break;
+    case STORE_OP_EVENT_PUT: {
+      skey k = store_event_key(o->job, o->seq);
+      rocksdb_writebatch_put_cf(b, s->cf[CF_EVENTS], k.b, k.n, o->bytes, o->n);
+      break;
+    }
+    }
+  }
+  if (!rc) {
+    char *err = NULL;
+    rocksdb_write(s->db, s->w_rec, b, &err);
+    if (err) rc = store_rocks_err(s, err, 1, e, n == 1 ? "writing job \"%s\"" : "writing job \"%s\" and others",
+                                  ops[0].job);
+  }
+  rocksdb_writebatch_destroy(b);
+  pthread_mutex_unlock(&s->meta_mu);
+  for (size_t i = 0; i < n && !rc; i++) // the deleted jobs' checkpoint space
+    if (ops[i].kind == STORE_OP_JOB_DELETE) {
+      skey lo = key_tag('D');
+      key_job(&lo, ops[i].job);
+      skey hi = key_next(lo);
+      store_reclaim(s, CF_CKPT, &lo, &hi);
+    }
+  store_leave(s);
+  free(tab);
+  return rc;
 }
 
 int store_job_put(store *s, const char *job, const void *rec, size_t n, uint32_t state, int64_t order,
                   eng_err *e) {
-  int rc = store_job_check(job, e);
-  if (rc) return rc;
-  char *val = malloc(HEADER + n);
-  if (!val) return eng_err_set(e, ENG_ENOMEM, "job \"%s\": cannot allocate %zu bytes", job, HEADER + n);
-  skey h = {.n = 0};
-  key_be32(&h, state);
-  key_be64(&h, (uint64_t)order);
-  memcpy(val, h.b, HEADER);
-  if (n) memcpy(val + HEADER, rec, n);
-  if ((rc = store_enter(s, e))) {
-    free(val);
-    return rc;
-  }
-  pthread_mutex_lock(&s->meta_mu);
-  rocksdb_writebatch_t *b = rocksdb_writebatch_create();
-  rc = unindex(s, b, job, e);
-  if (!rc) {
-    skey kr = key_record(job), ks = key_state(state, job);
-    rocksdb_writebatch_put_cf(b, s->cf[CF_JOBS], kr.b, kr.n, val, HEADER + n);
-    rocksdb_writebatch_put_cf(b, s->cf[CF_JOBS], ks.b, ks.n, h.b + 4, 8);
-    if (order >= 0) {
-      skey kq = key_queue(order, job);
-      rocksdb_writebatch_put_cf(b, s->cf[CF_JOBS], kq.b, kq.n, h.b, 4);
-    }
-    char *err = NULL;
-    rocksdb_write(s->db, s->w_rec, b, &err);
-    if (err) rc = store_rocks_err(s, err, 1, e, "writing job \"%s\"", job);
-  }
-  rocksdb_writebatch_destroy(b);
-  pthread_mutex_unlock(&s->meta_mu);
-  store_leave(s);
-  free(val);
-  return rc;
+  store_op op = {.kind = STORE_OP_JOB_PUT, .job = job, .bytes = rec, .n = n, .state = state, .order = order};
+  return store_ops_write(s, &op, 1, e);
 }
 
 int store_job_get(store *s, const char *job, void **rec, size_t *n, uint32_t *state, int64_t *order,
@@ -121,42 +205,9 @@ int store_job_get(store *s, const char *job, void **rec, size_t *n, uint32_t *st
   return 0;
 }
 
-// Adds the deletion of every key of one job in [tag J, next) of a family to b.
-static void delete_prefix(store *s, rocksdb_writebatch_t *b, int cf, int tag, const char *job) {
-  skey lo = {.n = 0};
-  if (tag) lo.b[lo.n++] = (char)tag;
-  key_job(&lo, job);
-  skey hi = key_next(lo);
-  rocksdb_writebatch_delete_range_cf(b, s->cf[cf], lo.b, lo.n, hi.b, hi.n);
-}
-
 int store_job_delete(store *s, const char *job, eng_err *e) {
-  int rc = store_job_check(job, e);
-  if (rc || (rc = store_enter(s, e))) return rc;
-  pthread_mutex_lock(&s->meta_mu);
-  rocksdb_writebatch_t *b = rocksdb_writebatch_create();
-  rc = unindex(s, b, job, e);
-  if (!rc) {
-    delete_prefix(s, b, CF_JOBS, 'R', job);
-    delete_prefix(s, b, CF_JOBS, 'C', job);
-    delete_prefix(s, b, CF_EVENTS, 0, job);
-    delete_prefix(s, b, CF_CKPT, 'M', job);
-    delete_prefix(s, b, CF_CKPT, 'P', job);
-    delete_prefix(s, b, CF_CKPT, 'D', job);
-    char *err = NULL;
-    rocksdb_write(s->db, s->w_rec, b, &err);
-    if (err) rc = store_rocks_err(s, err, 1, e, "deleting job \"%s\"", job);
-  }
-  rocksdb_writebatch_destroy(b);
-  pthread_mutex_unlock(&s->meta_mu);
-  if (!rc) {
-    skey lo = key_tag('D');
-    key_job(&lo, job);
-    skey hi = key_next(lo);
-    store_reclaim(s, CF_CKPT, &lo, &hi);
-  }
-  store_leave(s);
-  return rc;
+  store_op op = {.kind = STORE_OP_JOB_DELETE, .job = job};
+  return store_ops_write(s, &op, 1, e);
 }
 
 typedef struct hit {
