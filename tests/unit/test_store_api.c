@@ -79,6 +79,40 @@ static void jobs(store *st) {
   printf("jobs: records, state index and queue order kept in step over updates and a delete\n");
 }
 
+// One batch that writes the same jobs more than once: each is indexed as its
+// last write in the batch says, and a failed id leaves nothing written.
+static void batch(store *st) {
+  store_op ops[] = {
+      {.kind = STORE_OP_JOB_PUT, .job = "b1", .bytes = "q", .n = 1, .state = 7, .order = 40},
+      {.kind = STORE_OP_EVENT_PUT, .job = "b1", .bytes = "e1", .n = 2, .seq = 1},
+      {.kind = STORE_OP_JOB_PUT, .job = "b2", .bytes = "q", .n = 1, .state = 7, .order = 41},
+      {.kind = STORE_OP_JOB_PUT, .job = "b1", .bytes = "run", .n = 3, .state = 8, .order = -1},
+      {.kind = STORE_OP_JOB_DELETE, .job = "b2"},
+      {.kind = STORE_OP_JOB_PUT, .job = "b3", .bytes = "x", .n = 1, .state = 7, .order = 42},
+      {.kind = STORE_OP_JOB_DELETE, .job = "b3"},
+      {.kind = STORE_OP_JOB_PUT, .job = "b3", .bytes = "again", .n = 5, .state = 7, .order = 43},
+  };
+  CHECK_OK(store_ops_write(st, ops, sizeof ops / sizeof ops[0], &e), &e);
+  seen s7 = by_state(st, 7), s8 = by_state(st, 8), q = by_queue(st);
+  CHECK(s7.n == 1 && !strcmp(s7.jobs[0], "b3") && s7.orders[0] == 43, "state 7 holds b3 only (got %d)", s7.n);
+  CHECK(s8.n == 1 && !strcmp(s8.jobs[0], "b1") && s8.orders[0] == -1, "state 8 holds b1 only (got %d)", s8.n);
+  int in_queue = 0;
+  for (int i = 0; i < q.n; i++) in_queue += !strncmp(q.jobs[i], "b", 1);
+  CHECK(in_queue == 1, "only b3 of the batch is queued (got %d)", in_queue);
+  void *rec;
+  size_t n;
+  CHECK(store_job_get(st, "b2", &rec, &n, NULL, NULL, &e) == 1, "b2, deleted in the batch, must be gone");
+  CHECK_OK(store_job_get(st, "b3", &rec, &n, NULL, NULL, &e), &e);
+  CHECK(n == 5 && !memcmp(rec, "again", 5), "b3 is its last write");
+  free(rec);
+  store_op bad[] = {{.kind = STORE_OP_JOB_PUT, .job = "b4", .bytes = "x", .n = 1, .state = 7, .order = 44},
+                    {.kind = STORE_OP_JOB_PUT, .job = "bad/id", .bytes = "x", .n = 1, .state = 7, .order = 45}};
+  CHECK(store_ops_write(st, bad, 2, &e) == ENG_EINVAL && strstr(e.msg, "bad/id"), "a bad id refuses the batch");
+  CHECK(store_job_get(st, "b4", &rec, &n, NULL, NULL, &e) == 1, "a refused batch writes nothing");
+  for (const char *j = "b1"; j; j = !strcmp(j, "b1") ? "b3" : NULL) CHECK_OK(store_job_delete(st, j, &e), &e);
+  printf("batch: a job written twice in one batch is indexed by its last write; a bad id writes nothing\n");
+}
+
 typedef struct evs {
   uint64_t seq[16];
   char text[16][16];
@@ -275,6 +309,7 @@ int main(int argc, char **argv) {
   store *st;
   CHECK_OK(store_open(&st, dir, NULL, &e), &e);
   jobs(st);
+  batch(st);
   events(st);
   checkpoints(st);
   store_close(st);
