@@ -1,6 +1,8 @@
+#define _GNU_SOURCE // O_PATH, AT_EMPTY_PATH
 #include "validate.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -194,12 +196,29 @@ static int enum_known(int v, const ProtobufCEnumDescriptor *d, const char *path,
   return 0;
 }
 
+// The canonical path of what fd names (as realpath gives it), from
+// /proc/self/fd; NULL without /proc. One path walk by the kernel, where
+// realpath reads every component's link again (a tenth of the loop's time
+// under api.sh).
+static char *fd_path(int fd) {
+  char link[64], buf[PATH_MAX];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, buf, sizeof buf - 1);
+  if (n <= 0 || buf[0] != '/') return NULL;
+  buf[n] = 0;
+  return strdup(buf);
+}
+
 int val_path(const char *path, const char *field, int dir, const val_roots *roots, char **resolved, val_err *e) {
   *resolved = NULL;
   if (!*path) return bad(e, "%s: required", field);
   if (path[0] != '/') return bad(e, "%s: \"%s\" is not an absolute path", field, path);
   if (strlen(path) >= PATH_MAX) return bad(e, "%s: longer than %d bytes", field, PATH_MAX - 1);
-  char *r = realpath(path, NULL);
+  // O_PATH: nothing is read, a FIFO does not block, no permission is needed
+  // beyond the directories' search bits.
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  char *r = fd >= 0 ? fd_path(fd) : NULL;
+  if (fd >= 0 && !r) r = realpath(path, NULL);
   int under = 0;
   for (int i = 0; r && i < roots->n && !under; i++) {
     size_t n = strlen(roots->dirs[i]);
@@ -211,7 +230,9 @@ int val_path(const char *path, const char *field, int dir, const val_roots *root
   // Absent, outside the roots (also through a symlink), unreadable: one
   // answer, so that a job's errors tell nothing about the rest of the
   // filesystem. Only a path that may be read is described further.
-  if (!under || stat(r, &st) || access(r, dir ? R_OK | X_OK : R_OK)) {
+  int ok = under && !fstat(fd, &st) && !faccessat(fd, "", dir ? R_OK | X_OK : R_OK, AT_EMPTY_PATH);
+  if (fd >= 0) close(fd);
+  if (!ok) {
     bad(e, "%s: " ENG_FS_NOT_THERE ": %s", field, path);
     free(r);
     return -1;
@@ -225,7 +246,6 @@ int val_path(const char *path, const char *field, int dir, const val_roots *root
   return 0;
 }
 
-// Checks a spec path; the daemon resolves it again when the job starts.
 static int resolvable(const char *field, const char *name, int dir, const val_roots *roots, val_err *e) {
   char *r;
   if (val_path(field, name, dir, roots, &r, e)) return -1;

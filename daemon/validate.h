@@ -53,7 +53,7 @@ int val_export(const Traind__V1__ExportJobRequest *r, val_err *e);
 // ScoreData's shape (val_message) and numbers; its paths are val_path's.
 int val_score(const Traind__V1__ScoreDataRequest *r, val_err *e);
 
-// path resolved with realpath (symlinks followed) must lie under a root and
+// path resolved (symlinks followed, as realpath does) must lie under a root and
 // be a readable regular file (dir = 0) or directory (dir = 1). *resolved is
 // malloc'd. A path absent, outside the roots or unreadable gets one answer,
 // "<field>: " ENG_FS_NOT_THERE ": <path>", whichever it is, the words the
