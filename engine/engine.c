@@ -117,9 +117,10 @@ static int spec_config(const eng_spec *spec, eng_config *cfg, int *untied, eng_e
 }
 
 static eng_exec_policy spec_policy(const eng_spec *s) {
-  return (eng_exec_policy){.batch = s->batch,
+  const int W = eng_run_dist_world(s); // a rank computes its share
+  return (eng_exec_policy){.batch = s->batch / W,
                            .seq_len = s->seq_len,
-                           .micro_batches = s->micro_batches,
+                           .micro_batches = s->micro_batches / W,
                            .ckpt_every = s->ckpt_every,
                            .ckpt_place = s->ckpt_place,
                            .spill = s->spill,
@@ -174,7 +175,8 @@ static eng_model_opts spec_model_opts(const eng_spec *s) {
                           .work_bf16 = s->device_gpu >= 0,
                           .poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0,
                           .poet_base_bf16 = s->method == ENG_METHOD_POETX && s->poet_base_bf16,
-                          .embed_rows = s->batch * s->seq_len};
+                          // Ranks sum the whole table (their rows differ).
+                          .embed_rows = eng_run_dist_world(s) > 1 ? 0 : s->batch * s->seq_len};
 }
 
 // One step's FLOPs, and budgets that a single step would pass refused.
@@ -345,6 +347,7 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e) {
   int untied;
   int rc = eng_cpu_gemm_route(NULL, NULL, e);
   if (!rc) rc = spec_validate(spec, e);
+  if (!rc) rc = eng_run_dist_check(spec, e);
   if (!rc) rc = spec_config(spec, &cfg, &untied, e);
   if (rc) return rc;
   if (untied && spec->note) {
@@ -515,7 +518,7 @@ static int step_run(eng_run *r, const int32_t *ids, const int32_t *labels, const
     eng_exec_update_arm(r->exec, &u);
   }
   eng_exec_result res;
-  rc = eng_exec_run(r->exec, ids, labels, pos, 1, NULL, r->spec.cancel, &res, e);
+  rc = eng_run_dist_run(r, ids, labels, pos, 1, &res, e);
   if (rc) return rc;
 
   double loss = res.count ? res.loss_sum / (double)res.count : NAN;
@@ -627,8 +630,7 @@ int eng_eval(eng_run *r, double *loss, eng_err *e) {
   for (int i = 0; !rc && i < r->spec.eval_batches; i++) {
     eng_exec_result res;
     rc = eng_data_next_samples(r->eval, r->spec.batch, r->ids, r->labels, r->pos, NULL, e);
-    if (!rc)
-      rc = eng_exec_run(r->exec, r->ids, r->labels, eng_run_pos(r->eval, r->pos), 0, NULL, r->spec.cancel, &res, e);
+    if (!rc) rc = eng_run_dist_run(r, r->ids, r->labels, eng_run_pos(r->eval, r->pos), 0, &res, e);
     sum += res.loss_sum;
     count += res.count;
   }

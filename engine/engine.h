@@ -198,6 +198,12 @@ typedef struct eng_spec {
   eng_note_fn note;         // optional; called from eng_open
   void *note_ctx;
   volatile int *cancel;     // optional; polled once per layer
+  // A data-parallel run (dist/coll.h, dist_run.c): this process is rank
+  // coll->rank of coll->world, each computing its share of every global
+  // batch (batch and micro_batches are the global ones and divide by the
+  // world), the gradients summed over the ranks before each update. NULL: one
+  // process. It must outlive the run.
+  struct eng_coll *coll;
 } eng_spec;
 
 typedef struct eng_run eng_run;

@@ -76,4 +76,14 @@ int eng_run_select_batch(eng_run *r, eng_err *e);
 int eng_run_select_save(const eng_run *r, const eng_store *st, eng_err *e);
 int eng_run_select_load(eng_run *r, const eng_store *st, int64_t step, eng_err *e);
 
+// Data parallelism (dist_run.c): what a spec with coll cannot do yet,
+// refused by name; the world size (1 without coll); and a run of the
+// executor on this rank's share of a global batch, its loss (and after a
+// backward its gradients and their norm) summed over the ranks. Without
+// coll, eng_exec_run on the whole batch.
+int eng_run_dist_check(const eng_spec *s, eng_err *e);
+int eng_run_dist_world(const eng_spec *s);
+int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, const int32_t *pos, int backward,
+                     eng_exec_result *res, eng_err *e);
+
 #endif

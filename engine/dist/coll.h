@@ -5,7 +5,7 @@
 // Every reduction is deterministic and independent of the library's choice
 // of algorithm: the result is the sum in rank order, rank 0 first, each
 // addition in fp32 (bf16 inputs are widened, summed and rounded once to
-// nearest even at the end). So the same world size gives the same bits run
+// nearest even at the end; fp64 in fp64). So the same world size gives the same bits run
 // after run, and a sum over ranks of one value each equals the sequential
 // sum a single process takes over the same values in that order.
 //
@@ -19,7 +19,7 @@
 
 #include "common/err.h"
 
-typedef enum eng_coll_dtype { ENG_COLL_F32, ENG_COLL_BF16 } eng_coll_dtype;
+typedef enum eng_coll_dtype { ENG_COLL_F32, ENG_COLL_BF16, ENG_COLL_F64 } eng_coll_dtype;
 
 typedef struct eng_coll eng_coll;
 

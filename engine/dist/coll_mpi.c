@@ -21,8 +21,10 @@ typedef struct mpi_coll {
   int we_init;                              // this module called MPI_Init
 } mpi_coll;
 
-static size_t dsize(eng_coll_dtype t) { return t == ENG_COLL_F32 ? 4 : 2; }
-static MPI_Datatype dtype(eng_coll_dtype t) { return t == ENG_COLL_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+static size_t dsize(eng_coll_dtype t) { return t == ENG_COLL_F64 ? 8 : t == ENG_COLL_F32 ? 4 : 2; }
+static MPI_Datatype dtype(eng_coll_dtype t) {
+  return t == ENG_COLL_F64 ? MPI_DOUBLE : t == ENG_COLL_F32 ? MPI_FLOAT : MPI_UINT16_T;
+}
 
 static int mpi_fail(int rc, const char *what, eng_err *e) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -73,6 +75,14 @@ static void sum_slice(mpi_coll *m, void *buf, size_t count, eng_coll_dtype t, si
     float *d = (float *)buf + off;
     for (size_t i = 0; i < n; i++) {
       float acc = s[i];
+      for (int r = 1; r < m->c.world; r++) acc += s[(size_t)r * n + i];
+      d[i] = acc;
+    }
+  } else if (t == ENG_COLL_F64) {
+    const double *s = m->scratch;
+    double *d = (double *)buf + off;
+    for (size_t i = 0; i < n; i++) {
+      double acc = s[i];
       for (int r = 1; r < m->c.world; r++) acc += s[(size_t)r * n + i];
       d[i] = acc;
     }

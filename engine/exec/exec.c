@@ -789,6 +789,8 @@ static int pos_check(const int32_t *pos, int B, int T, eng_err *e) {
   return 0;
 }
 
+void eng_exec_count_set(eng_exec *x, int64_t count) { x->count_total = count; }
+
 int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, const int32_t *pos, int backward,
                  float *logits, volatile int *cancel, eng_exec_result *res, eng_err *e) {
   eng_model *m = x->m;
@@ -796,6 +798,8 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, const i
   const int L = x->L, T = x->p.seq_len, B = x->p.batch, nmb = x->p.micro_batches;
   const int head = L + 1;
   memset(res, 0, sizeof *res);
+  int64_t over = x->count_total;
+  x->count_total = 0;
   if (logits && !x->ops->logits)
     return eng_err_set(e, ENG_ENOTSUP, "the %s backend does not hand back logits (the cpu backend does)",
                        x->dev->name);
@@ -853,7 +857,8 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, const i
     STEP_TRY(gslot_begin(x, 0, lo->final_norm.numel + lo->embed.numel, &res->t_wait, e));
     hg = x->gslot[0];
   }
-  float scale = res->count ? 1.0f / (float)res->count : 0.0f;
+  if (!over) over = res->count;
+  float scale = over ? 1.0f / (float)over : 0.0f;
   double th = eng_now();
   for (int i = 0; i < nmb; i++)
     STEP_TRY(x->ops->head(x, hw, hg, mbrow(x, cur, i), backward ? mbrow(x, nxt, i) : NULL, i, logits, scale,

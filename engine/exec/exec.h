@@ -126,6 +126,12 @@ int eng_exec_open(eng_exec **out, eng_model *m, eng_dev *dev, const eng_exec_pol
 // would otherwise be predicted from the previous document's last token.
 int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, const int32_t *pos, int backward,
                  float *logits, volatile int *cancel, eng_exec_result *res, eng_err *e);
+// The number of tokens the next run's loss is averaged over, when that run
+// is one part of a larger batch (a data-parallel rank's share of the global
+// batch): its gradients then add up, over the parts, to the whole batch's.
+// Reset by the run; its result still counts its own tokens.
+void eng_exec_count_set(eng_exec *x, int64_t count);
+
 // A forward without the loss's backward that also hands back each
 // sequence's loss sum (seq_loss[batch]: over its counted targets), for
 // scoring samples; pos as eng_exec_run's. The cpu backend; ENG_ENOTSUP on a GPU.

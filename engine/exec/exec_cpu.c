@@ -268,9 +268,12 @@ static int cpu_grad_finish(eng_exec *x, int slot, int shard, eng_err *e) {
   return 0;
 }
 
+// Micro-batch by micro-batch, each one's sums added as a whole: a
+// data-parallel rank computing some of the micro-batches adds the same bits
+// (dist_run.c).
 static int cpu_embed_bwd(eng_exec *x, const void *dy, const int32_t *ids, eng_err *e) {
   atomic_fetch_add(&x->dev->bytes_out, x->bnd_bytes);
-  return eng_model_embed_grad_add(x->m, dy, ids, x->p.batch * x->p.seq_len, e);
+  return eng_model_embed_grad_add(x->m, dy, ids, x->p.batch * x->p.seq_len, x->mb * x->p.seq_len, e);
 }
 
 // Everything ran where it was called: results are in place, nothing to wait for.

@@ -303,7 +303,7 @@ static int cuda_embed_bwd(eng_exec *x, const void *dy, const int32_t *ids, eng_e
   for (size_t r0 = 0; r0 < n; r0 += chunk) {
     size_t nr = n - r0 < chunk ? n - r0 : chunk;
     eng_bf16_to_f32_n(s->rows, rows + r0 * d, nr * d, ENG_ISA_AUTO);
-    int rc = eng_model_embed_grad_add(x->m, s->rows, ids + r0, (int)nr, e);
+    int rc = eng_model_embed_grad_add(x->m, s->rows, ids + r0, (int)nr, 0, e);
     if (rc) return rc;
   }
   return 0;

@@ -106,6 +106,7 @@ struct eng_exec {
   void **ckpt_host;     // [L] host copies of the boundaries placed in host memory
   void *stage;          // the cuda backend's host rows (token ids in, dX of boundary 0 out)
   int64_t runs;         // backward passes started: the spill store's step key
+  int64_t count_total;  // eng_exec_count_set's, for the next run (0: the run's own count)
 
   // streams
   eng_worker copy_in, copy_out, optim;

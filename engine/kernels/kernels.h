@@ -107,6 +107,12 @@ void eng_k_swiglu_bwd(float *dgu, const float *dh, const float *gu, int n, int f
 // x[n,d] = table[ids[i]]; bwd: dtable[ids[i]] += dx[i] (rows added in i order).
 void eng_k_embed_fwd(float *x, const float *table, const int32_t *ids, int n, int d);
 void eng_k_embed_bwd(float *dtable, const float *dx, const int32_t *ids, int n, int d);
+// The same with the n tokens as one group: each row's sum over the group is
+// taken first (in i order, from its first term) and then added to dtable,
+// so the group adds the same bits to a table whatever other groups added
+// before: a data-parallel rank that computes one micro-batch alone gets the
+// single process's sums. ENG_ENOMEM for its scratch (n rows).
+int eng_k_embed_bwd_group(float *dtable, const float *dx, const int32_t *ids, int n, int d);
 
 // The loss fused with the head, chunked over tokens. For each chunk of rows:
 // logits = h · wᵀ, softmax, cross-entropy against targets (a negative target

@@ -195,8 +195,41 @@ void eng_model_embed_grad_reset(eng_model *m) {
   m->rows_used = 0;
 }
 
-int eng_model_embed_grad_add(eng_model *m, const float *dx, const int32_t *ids, int n, eng_err *e) {
+// The store's rows of tokens ids[0..k), given rows as tokens first appear.
+static int rows_of(eng_model *m, const int32_t *ids, int k, int32_t *rows, eng_err *e) {
+  for (int i = 0; i < k; i++) {
+    int32_t v = ids[i];
+    if (m->row_of[v] < 0) {
+      if (m->rows_used == m->rows_cap)
+        return eng_err_set(e, ENG_ESTATE, "the embedding's gradient store has %d rows, and a step has more tokens",
+                           m->rows_cap);
+      m->token_of[m->rows_used] = v;
+      m->row_of[v] = m->rows_used++;
+    }
+    rows[i] = m->row_of[v];
+  }
+  return 0;
+}
+
+int eng_model_embed_grad_add(eng_model *m, const float *dx, const int32_t *ids, int n, int group, eng_err *e) {
   const int d = m->cfg.d_model;
+  if (group > 0) { // group by group, each a run of its own
+    for (int i0 = 0; i0 < n; i0 += group) {
+      int k = n - i0 < group ? n - i0 : group;
+      int rc;
+      if (!m->row_of) {
+        rc = eng_k_embed_bwd_group(m->shards[0].g, dx + (size_t)i0 * d, ids + i0, k, d);
+      } else {
+        int32_t *rows = malloc((size_t)k * sizeof *rows);
+        rc = rows ? rows_of(m, ids + i0, k, rows, e) : ENG_ENOMEM;
+        if (!rc) rc = eng_k_embed_bwd_group(m->shards[0].g, dx + (size_t)i0 * d, rows, k, d);
+        free(rows);
+        if (rc && rc != ENG_ENOMEM) return rc;
+      }
+      if (rc) return eng_err_set(e, ENG_ENOMEM, "the embedding's gradient: no memory for a group of %d tokens", k);
+    }
+    return 0;
+  }
   if (!m->row_of) {
     eng_k_embed_bwd(m->shards[0].g, dx, ids, n, d);
     return 0;
@@ -207,17 +240,8 @@ int eng_model_embed_grad_add(eng_model *m, const float *dx, const int32_t *ids, 
   int32_t rows[RUN];
   for (int i0 = 0; i0 < n; i0 += RUN) {
     const int k = n - i0 < RUN ? n - i0 : RUN;
-    for (int i = 0; i < k; i++) {
-      int32_t v = ids[i0 + i];
-      if (m->row_of[v] < 0) {
-        if (m->rows_used == m->rows_cap)
-          return eng_err_set(e, ENG_ESTATE, "the embedding's gradient store has %d rows, and a step has more tokens",
-                             m->rows_cap);
-        m->token_of[m->rows_used] = v;
-        m->row_of[v] = m->rows_used++;
-      }
-      rows[i] = m->row_of[v];
-    }
+    int rc = rows_of(m, ids + i0, k, rows, e);
+    if (rc) return rc;
     eng_k_embed_bwd(m->shards[0].g, dx + (size_t)i0 * d, rows, k, d);
   }
   return 0;

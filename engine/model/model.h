@@ -83,11 +83,13 @@ void eng_model_grad_get(const eng_model *m, int s, const eng_tensor *t, float *d
 
 // The embedding's gradient store (shard 0's, fp32), which the backward
 // fills: reset to zero (the rows in use, or the table); the rows of dx [n,
-// d_model] added to the rows of their tokens ids, eng_k_embed_bwd's sums
-// (ENG_ESTATE if the store has no row left: more tokens than a step has);
+// d_model] added to the rows of their tokens ids, eng_k_embed_bwd's sums, or
+// with group > 0 eng_k_embed_bwd_group's over each run of group tokens (a
+// micro-batch; ENG_ESTATE if the store has no row left: more tokens than a
+// step has);
 // and the floats of it in use, which hold every nonzero value.
 void eng_model_embed_grad_reset(eng_model *m);
-int eng_model_embed_grad_add(eng_model *m, const float *dx, const int32_t *ids, int n, eng_err *e);
+int eng_model_embed_grad_add(eng_model *m, const float *dx, const int32_t *ids, int n, int group, eng_err *e);
 size_t eng_model_embed_grad_floats(const eng_model *m);
 
 // Random init as transformers does for these models: linear weights and the

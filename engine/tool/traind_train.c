@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "dist/coll.h"
+#include "dist/dist.h"
 #include "engine.h"
 #include "model/hf_io.h"
 #include "plan/profile.h"
@@ -495,6 +497,30 @@ int main(int argc, char **argv) {
   s.note = on_note;
 
   eng_err e = {0};
+  // Data parallel when a launcher started several of us (dist/dist.h).
+  eng_dist_env dist;
+  eng_coll *coll = NULL;
+  int writer = 1; // saves checkpoints (every rank reads them to resume)
+  if (eng_dist_env_read(&dist, (const char *(*)(const char *))getenv, &e)) {
+    fprintf(stderr, "traind-train: %s\n", e.msg);
+    return 2;
+  }
+  if (dist.world > 1) {
+    if (eng_coll_mpi_open(&coll, &e)) {
+      fprintf(stderr, "traind-train: rank %d of %d (%s): %s\n", dist.rank, dist.world,
+              eng_dist_launcher_name(dist.launcher), e.msg);
+      return 1;
+    }
+    s.coll = coll;
+    if (coll->rank > 0) { // the ranks hold the same state: one speaks and writes
+      o.quiet = 1;
+      writer = 0;
+      export_dir = timeline_path = NULL;
+    } else if (!o.quiet) {
+      printf("data parallel: %d ranks (%s), each %d of the %d sequences of a batch\n", coll->world,
+             eng_dist_launcher_name(dist.launcher), s.batch / coll->world, s.batch);
+    }
+  }
   eng_run *r = NULL;
   eng_store st = {0};
   eng_plan plan = {0};
@@ -529,6 +555,7 @@ int main(int argc, char **argv) {
     if (st.close) st.close(st.ctx);
     eng_close(r);
     eng_plan_free(&plan);
+    if (coll) coll->ops->close(coll);
     return rc ? 1 : 0;
   }
   double first = NAN, last = NAN, tps_sum = 0;
@@ -540,7 +567,7 @@ int main(int argc, char **argv) {
     if (isnan(first)) first = m.loss;
     last = m.loss;
     if (m.step > 2) tps_sum += m.tokens_per_s, measured++; // warm-up excluded
-    if (save_dir && save_every > 0 && m.step % save_every == 0) rc = eng_save(r, &st, &e);
+    if (writer && save_dir && save_every > 0 && m.step % save_every == 0) rc = eng_save(r, &st, &e);
   }
   // The held-out loss where training ended, unless the last step measured it.
   double final_eval = NAN;
@@ -548,12 +575,12 @@ int main(int argc, char **argv) {
     if (m.evaluated) final_eval = m.eval_loss;
     else rc = eng_eval(r, &final_eval, &e);
   }
-  if (!rc && save_dir) rc = eng_save(r, &st, &e);
+  if (!rc && writer && save_dir) rc = eng_save(r, &st, &e);
   if (!rc && export_dir) rc = eng_export_hf(r, export_dir, 0, &e);
   if (!rc && timeline_path && m.step > 0)
     rc = timeline_write(timeline_path, r, &m, &plan, plan_arg && !strcmp(plan_arg, "auto"), &e);
   eng_plan_free(&plan);
-  if (!rc) {
+  if (!rc && writer) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const eng_govern *gv = eng_run_govern(r);
@@ -565,10 +592,12 @@ int main(int argc, char **argv) {
     if (gv->stop) printf("; stopped by %s", eng_stop_name(gv->stop));
     if (!isnan(final_eval)) printf("; eval %.4f", final_eval);
     printf("\n");
-  } else {
-    fprintf(stderr, "traind-train: %s: %s\n", eng_err_name(rc), e.msg);
+  } else if (rc) {
+    if (coll) fprintf(stderr, "traind-train: rank %d: %s: %s\n", coll->rank, eng_err_name(rc), e.msg);
+    else fprintf(stderr, "traind-train: %s: %s\n", eng_err_name(rc), e.msg);
   }
   if (st.close) st.close(st.ctx);
   eng_close(r);
+  if (coll) coll->ops->close(coll);
   return rc ? 1 : 0;
 }

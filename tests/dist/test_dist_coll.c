@@ -14,13 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "check.h"
 #include "common/bf16.h"
 #include "dist/coll.h"
 #include "dist/dist.h"
+#include "launch.h"
 
 // Rank r's element i: signs, magnitudes over 2^-20 .. 2^20, so that fp32
 // addition is far from associative on it.
@@ -132,38 +131,13 @@ static void check_all(eng_coll *c) {
            W, order_matters);
 }
 
-static int launch(int np) {
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  CHECK(n > 0, "cannot find this program");
-  self[n] = '\0';
-  pid_t pid = fork();
-  CHECK(pid >= 0, "fork failed");
-  if (pid == 0) {
-    // Tests run as root on CI; shared memory without ptrace-based single
-    // copy, which containers often forbid.
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-    char nps[16];
-    snprintf(nps, sizeof nps, "%d", np);
-    execlp("mpirun", "mpirun", "-np", nps, self, (char *)NULL);
-    perror("mpirun");
-    _exit(127);
-  }
-  int st;
-  CHECK(waitpid(pid, &st, 0) == pid, "waitpid failed");
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 int main(void) {
   eng_dist_env env;
   eng_err e = {0};
   CHECK_OK(eng_dist_env_read(&env, (const char *(*)(const char *))getenv, &e), &e);
   if (env.launcher == ENG_DIST_SINGLE) {
     for (int np = 2; np <= 4; np += 2) {
-      int rc = launch(np);
+      int rc = dist_launch(np);
       CHECK(rc == 0, "mpirun -np %d exited %d (127: mpirun is missing; run deploy/install-deps.sh)", np, rc);
     }
     printf("ok\n");

@@ -505,6 +505,18 @@ static void test_embed(int n, int d, int vocab) {
   for (int i = 0; i < n; i++)
     for (int j = 0; j < d; j++) want[(size_t)ids[i] * d + j] += dx[(size_t)i * d + j];
   expect_same("embed bwd", dt, want, (size_t)vocab * d);
+  // As one group: each row's sum over the group first (from zero, in i
+  // order), then added; so the group adds to a used table the bits it would
+  // add to a zero one plus that table.
+  float *dg = frandn((size_t)vocab * d, 1.0f), *gwant = fcopy(dg, (size_t)vocab * d);
+  float *sum = calloc((size_t)vocab * d, sizeof *sum);
+  CHECK(sum, "out of memory");
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < d; j++) sum[(size_t)ids[i] * d + j] += dx[(size_t)i * d + j];
+  for (size_t k = 0; k < (size_t)vocab * d; k++) gwant[k] += sum[k];
+  CHECK(eng_k_embed_bwd_group(dg, dx, ids, n, d) == 0, "embed bwd group failed");
+  expect_same("embed bwd group", dg, gwant, (size_t)vocab * d);
+  free(dg), free(gwant), free(sum);
   free(table), free(x), free(dx), free(dt), free(want), free(ids);
 }
 
