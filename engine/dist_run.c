@@ -9,6 +9,7 @@
 // model state (replicated; the sharded optimizer is not built yet).
 #include <math.h>
 
+#include "common/clock.h"
 #include "dist/coll.h"
 #include "kernels/kernels.h"
 #include "run.h"
@@ -58,8 +59,10 @@ int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, cons
   // Collectives are called from this thread only: the copies and updates the
   // run started are done first.
   eng_exec_quiesce(r->exec);
+  double t0 = eng_now();
   eng_coll *cc = r->spec.coll;
   if ((rc = cc->ops->all_reduce(cc, &res->loss_sum, 1, ENG_COLL_F64, e))) return rc;
+  res->t_comm = eng_now() - t0;
   res->count = count;
   if (!backward) return 0;
   eng_model *m = &r->model;
@@ -67,7 +70,9 @@ int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, cons
   for (int s = 0; s < m->lo.n_shards; s++) {
     eng_shard *sh = &m->shards[s];
     size_t n = s == 0 ? eng_model_embed_grad_floats(m) : sh->g_numel;
+    t0 = eng_now();
     if ((rc = cc->ops->all_reduce(cc, sh->g, n, ENG_COLL_F32, e))) return rc;
+    res->t_comm += eng_now() - t0;
     // Shard order, each shard's sum as the executor takes it.
     res->grad_sumsq += eng_k_sumsq(sh->g, n);
   }

@@ -558,6 +558,7 @@ static int step_run(eng_run *r, const int32_t *ids, const int32_t *labels, const
   m->t_bwd = res.t_bwd;
   m->t_opt_wait = res.t_wait;
   m->t_act_wait = res.t_act_wait;
+  m->t_comm = res.t_comm;
   m->t_total = eng_now() - t0;
   m->tokens_per_s = m->tokens / m->t_total;
   m->peak_arena = r->dev->peak;

@@ -57,6 +57,8 @@ typedef struct eng_metrics {
   double t_fwd, t_loss, t_bwd, t_opt_wait, t_total; // seconds per phase
   double t_act_wait;     // of the step, compute waiting for activation transfers at
                          // the end of their windows (the transfer time not hidden)
+  double t_comm;         // of the step, summing over the ranks (data parallel; not
+                         // overlapped with compute: the step waits for all of it)
   size_t peak_arena;     // most device-arena bytes in use so far
   size_t host_act;       // boundary bytes the step kept in host memory
   size_t store_act;      // boundary bytes the step spilled to the store

@@ -71,6 +71,7 @@ typedef struct eng_exec_result {
   double grad_sumsq;     // Σ g² over the whole model (valid after a backward); on
                          // the cuda backend over the gradients as stored (bf16)
   double t_act_wait;     // waiting for activation transfers as windows end
+  double t_comm;         // data parallel (engine/dist_run.c): summing over the ranks
   double t_fwd, t_loss, t_bwd, t_wait; // on the cuda backend, the time to queue each
                          // phase: the run waits for the GPU at its end (in t_bwd)
   size_t host_act, store_act; // boundary bytes this run kept in host memory / the store

@@ -276,6 +276,7 @@ static int on_progress(void *ctx, const eng_metrics *m) {
   printf("  lr %.2e  norm %.3f  tok/s %8.0f  fwd %.3fs loss %.3fs bwd %.3fs wait %.3fs  flops %.3g  mfu %.1f%%%s",
          m->lr, m->grad_norm, m->tokens_per_s, m->t_fwd, m->t_loss, m->t_bwd, m->t_opt_wait, m->total.flops_model,
          100.0 * m->mfu, m->skipped ? "  (skipped: non-finite)" : "");
+  if (m->t_comm > 0) printf("  comm %.3fs", m->t_comm);
   if (m->poet_merges) printf("  merges %lld (last: orthogonality error %.1e)", (long long)m->poet_merges, m->poet_orth_err);
   printf("\n");
   fflush(stdout);
@@ -515,6 +516,7 @@ int main(int argc, char **argv) {
     if (coll->rank > 0) { // the ranks hold the same state: one speaks and writes
       o.quiet = 1;
       writer = 0;
+      s.note = NULL; // rank 0 says it
       export_dir = timeline_path = NULL;
     } else if (!o.quiet) {
       printf("data parallel: %d ranks (%s), each %d of the %d sequences of a batch\n", coll->world,
