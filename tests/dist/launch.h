@@ -10,6 +10,16 @@
 
 #include "check.h"
 
+// What mpirun needs here: tests run as root on CI; shared memory without
+// ptrace-based single copy, which containers often forbid; more ranks than
+// cores.
+static inline void dist_mpi_env(void) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+}
+
 // mpirun's exit status (127: mpirun is missing), or 128 + its signal.
 static inline int dist_launch(int np) {
   char self[4096];
@@ -20,12 +30,7 @@ static inline int dist_launch(int np) {
   pid_t pid = fork();
   CHECK(pid >= 0, "fork failed");
   if (pid == 0) {
-    // Tests run as root on CI; shared memory without ptrace-based single
-    // copy, which containers often forbid.
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    dist_mpi_env();
     char nps[16];
     snprintf(nps, sizeof nps, "%d", np);
     execlp("mpirun", "mpirun", "-np", nps, self, (char *)NULL);
