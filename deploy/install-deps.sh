@@ -19,6 +19,8 @@ pkgs=(
   libpcre2-dev libutf8proc-dev
   # distributed runs: MPI's library and mpirun (the dist tests launch with it)
   libopenmpi-dev openmpi-bin
+  # the two-host dist test joins two network namespaces with a veth pair
+  iproute2
   # the API: the standard health.proto, job files, the fuzz target (libFuzzer)
   grpc-proto libyaml-dev clang
   # the TLS test makes its certificate with it

@@ -18,6 +18,7 @@
 #include "dist/coll.h"
 #include "dist/dist.h"
 #include "launch.h"
+#include "losses.h"
 #include "store.h"
 #include "tiny.h"
 
@@ -43,19 +44,13 @@ static void store_open(eng_store *st) {
 static void write_losses(const char *name, const double *loss) {
   char path[4200];
   snprintf(path, sizeof path, "%s/%s", getenv("DIST_DIR"), name);
-  FILE *f = fopen(path, "w");
-  CHECK(f, "cannot write %s", path);
-  for (int i = 0; i < STEPS; i++) fprintf(f, "%a\n", loss[i]);
-  fclose(f);
+  dist_losses_write(path, loss, STEPS);
 }
 
 static void read_losses(const char *name, double *loss) {
   char path[4200];
   snprintf(path, sizeof path, "%s/%s", getenv("DIST_DIR"), name);
-  FILE *f = fopen(path, "r");
-  CHECK(f, "no %s: the ranks did not write it", path);
-  for (int i = 0; i < STEPS; i++) CHECK(fscanf(f, "%la", &loss[i]) == 1, "%s: line %d missing", path, i + 1);
-  fclose(f);
+  dist_losses_read(path, loss, STEPS);
 }
 
 // DIST_MODE save (W = 2): 10 steps, saved. resume (W = 4): 20 steps

@@ -28,6 +28,7 @@
 #include "dist/coll.h"
 #include "dist/dist.h"
 #include "launch.h"
+#include "losses.h"
 #include "route.h"
 #include "tiny.h"
 
@@ -62,10 +63,7 @@ static int rank_main(void) {
     if (c->rank == 0) {
       char path[4200];
       snprintf(path, sizeof path, "%s.%d.%d", getenv("DIST_OUT"), c->world, k);
-      FILE *f = fopen(path, "w");
-      CHECK(f, "cannot write %s", path);
-      for (int i = 0; i < STEPS; i++) fprintf(f, "%a\n", loss[i]);
-      fclose(f);
+      dist_losses_write(path, loss, STEPS);
     }
   }
   c->ops->close(c);
@@ -75,10 +73,7 @@ static int rank_main(void) {
 static void read_losses(int world, int k, double *loss) {
   char path[4200];
   snprintf(path, sizeof path, "%s.%d.%d", getenv("DIST_OUT"), world, k);
-  FILE *f = fopen(path, "r");
-  CHECK(f, "rank 0 of world %d wrote no %s", world, path);
-  for (int i = 0; i < STEPS; i++) CHECK(fscanf(f, "%la", &loss[i]) == 1, "%s: line %d missing", path, i + 1);
-  fclose(f);
+  dist_losses_read(path, loss, STEPS);
 }
 
 // Largest |a - b| / |b| over the first n steps, and how many differ in any bit.
