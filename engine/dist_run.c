@@ -5,10 +5,12 @@
 // is told their count), so the ranks' gradients sum to the whole batch's.
 // After the backward every shard's gradient is summed over the ranks in rank
 // order (dist/coll.h) and the norm taken over the sum as a single process
-// takes it; every rank then applies the same update to its own copy of the
+// takes it (a bf16 store: each rank's share is rounded to bf16 before the
+// sum, which is rounded once more, so the bits are not one process's); every rank then applies the same update to its own copy of the
 // model state (replicated; the sharded optimizer is not built yet).
 #include <math.h>
 
+#include "common/bf16.h"
 #include "common/clock.h"
 #include "dist/coll.h"
 #include "kernels/kernels.h"
@@ -23,11 +25,9 @@ int eng_run_dist_check(const eng_spec *s, eng_err *e) {
                        "data parallel over %d ranks: batch (%d) and micro_batches (%d) must both divide by it, so "
                        "that each rank computes whole micro-batches of the global split",
                        c->world, s->batch, s->micro_batches);
-  if (s->device_gpu >= 0) BAD("the cuda backend's collectives (NCCL) are not built yet; run on the cpu", c->world);
+  if (s->device_gpu >= 0) BAD("the cuda backend has not been run data parallel yet; run on the cpu", c->world);
   if (s->method == ENG_METHOD_POETX) BAD("POET-X is not data parallel yet", c->world);
   if (s->clip_lagged) BAD("clip_lagged updates shards before their gradients are summed over the ranks", c->world);
-  if (s->grad_dtype == ENG_GRAD_BF16)
-    BAD("a bf16 gradient store is not summed over ranks yet (keep it in fp32: traind-train --grad-fp32)", c->world);
   if (s->plan) BAD("plans are made for one process's batch; use the uniform policy", c->world);
   if (s->select.rule || s->select.band_file) BAD("data selection is not data parallel yet", c->world);
 #undef BAD
@@ -71,10 +71,11 @@ int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, cons
     eng_shard *sh = &m->shards[s];
     size_t n = s == 0 ? eng_model_embed_grad_floats(m) : sh->g_numel;
     t0 = eng_now();
-    if ((rc = cc->ops->all_reduce(cc, sh->g, n, ENG_COLL_F32, e))) return rc;
+    if ((rc = cc->ops->all_reduce(cc, sh->g, n, sh->g_bf16 ? ENG_COLL_BF16 : ENG_COLL_F32, e))) return rc;
     res->t_comm += eng_now() - t0;
-    // Shard order, each shard's sum as the executor takes it.
-    res->grad_sumsq += eng_k_sumsq(sh->g, n);
+    // Shard order, each shard's sum as the executor takes it (a bf16 store:
+    // over the values stored, as the cuda backend does).
+    res->grad_sumsq += sh->g_bf16 ? eng_bf16_sumsq(sh->g, n) : eng_k_sumsq(sh->g, n);
   }
   return 0;
 }
