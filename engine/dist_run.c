@@ -6,14 +6,23 @@
 // After the backward every shard's gradient is summed over the ranks in rank
 // order (dist/coll.h) and the norm taken over the sum as a single process
 // takes it (a bf16 store: each rank's share is rounded to bf16 before the
-// sum, which is rounded once more, so the bits are not one process's); every rank then applies the same update to its own copy of the
-// model state (replicated; the sharded optimizer is not built yet).
+// sum, which is rounded once more, so the bits are not one process's). The
+// optimizer state is sharded (ZeRO-1): each rank holds the moments of one
+// part of whole blocks of every tensor (eng_adamw8_part, model.h opt_off),
+// updates the weights there, and the parts are gathered so that every rank
+// has the whole updated model for the next forward; blocks are independent,
+// so the parts' updates are the whole tensor's bits. The fp32 weights stay
+// whole on every rank: the cpu computes with them. Checkpoints hold whole
+// tensors' state (gathered for rank 0 to write, cut again on load), so any
+// world size resumes any other's.
 #include <math.h>
+#include <stdlib.h>
 
 #include "common/bf16.h"
 #include "common/clock.h"
 #include "dist/coll.h"
 #include "kernels/kernels.h"
+#include "optim/adamw8.h"
 #include "run.h"
 
 int eng_run_dist_check(const eng_spec *s, eng_err *e) {
@@ -35,6 +44,7 @@ int eng_run_dist_check(const eng_spec *s, eng_err *e) {
 }
 
 int eng_run_dist_world(const eng_spec *s) { return s->coll ? s->coll->world : 1; }
+int eng_run_dist_rank(const eng_spec *s) { return s->coll ? s->coll->rank : 0; }
 
 // This rank's rows of a global batch of B rows of T.
 static size_t rank_off(const eng_run *r) {
@@ -78,4 +88,133 @@ int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, cons
     res->grad_sumsq += sh->g_bf16 ? eng_bf16_sumsq(sh->g, n) : eng_k_sumsq(sh->g, n);
   }
   return 0;
+}
+
+// Parts of tensor i of shard s, in elements of the shard.
+static void parts_of(const eng_run *r, const eng_shard *sh, int i, size_t *off, size_t *n) {
+  const eng_coll *c = r->spec.coll;
+  eng_adamw8_opts ao = {0}; // the part's state knows the whole tensor's block
+  ao.block = sh->opt[i].block;
+  ao.min_quant_numel = 1;
+  ao.fp32_state = !sh->opt[i].quantized;
+  size_t numel = sh->frozen[i] ? 0 : sh->tensors[i].numel;
+  for (int k = 0; k < c->world; k++) {
+    eng_adamw8_part(numel, &ao, c->world, k, &off[k], &n[k]);
+    off[k] += sh->w_off[i];
+  }
+}
+
+int eng_run_dist_weights_gather(eng_run *r, double *t_comm, eng_err *e) {
+  eng_coll *c = r->spec.coll;
+  if (!c || c->world == 1) return 0;
+  eng_exec_quiesce(r->exec); // the parts are updated
+  double t0 = eng_now();
+  size_t *off = malloc(2 * (size_t)c->world * sizeof *off), *n = off ? off + c->world : NULL;
+  if (!off) return eng_err_set(e, ENG_ENOMEM, "data parallel: no memory to gather the weights");
+  int rc = 0;
+  eng_model *m = &r->model;
+  for (int s = 0; !rc && s < m->lo.n_shards; s++) {
+    eng_shard *sh = &m->shards[s];
+    for (int i = 0; !rc && i < sh->n_tensors; i++) {
+      if (sh->frozen[i]) continue;
+      parts_of(r, sh, i, off, n);
+      rc = c->ops->all_gather_parts(c, sh->w, off, n, ENG_COLL_F32, e);
+    }
+  }
+  free(off);
+  *t_comm += eng_now() - t0;
+  return rc;
+}
+
+// One tensor's whole state from every rank's part (every rank gets it).
+static int state_gather(eng_run *r, const eng_shard *sh, int i, eng_adamw8_state *full, eng_err *e) {
+  eng_coll *c = r->spec.coll;
+  const eng_adamw8_state *part = &sh->opt[i];
+  eng_adamw8_opts ao = {.block = part->block, .min_quant_numel = 1, .fp32_state = !part->quantized};
+  size_t numel = sh->frozen[i] ? 0 : sh->tensors[i].numel;
+  int rc = eng_adamw8_state_init(full, numel, &ao, NULL, e);
+  if (rc) return rc;
+  size_t *off = malloc(4 * (size_t)c->world * sizeof *off);
+  if (!off) {
+    eng_adamw8_state_free(full);
+    return eng_err_set(e, ENG_ENOMEM, "data parallel: no memory to gather the optimizer state");
+  }
+  size_t *n = off + c->world, *boff = n + c->world, *bn = boff + c->world;
+  for (int k = 0; k < c->world; k++) {
+    eng_adamw8_part(numel, &ao, c->world, k, &off[k], &n[k]);
+    boff[k] = off[k] / (size_t)part->block;
+    bn[k] = (n[k] + (size_t)part->block - 1) / (size_t)part->block;
+  }
+  eng_adamw8_state_copy(full, sh->opt_off[i], part, 0, part->numel);
+  if (part->quantized) {
+    rc = c->ops->all_gather_parts(c, full->mq, off, n, ENG_COLL_U8, e);
+    if (!rc) rc = c->ops->all_gather_parts(c, full->vq, off, n, ENG_COLL_U8, e);
+    if (!rc) rc = c->ops->all_gather_parts(c, full->ms, boff, bn, ENG_COLL_F32, e);
+    if (!rc) rc = c->ops->all_gather_parts(c, full->vs, boff, bn, ENG_COLL_F32, e);
+  } else {
+    rc = c->ops->all_gather_parts(c, full->m, off, n, ENG_COLL_F32, e);
+    if (!rc) rc = c->ops->all_gather_parts(c, full->v, off, n, ENG_COLL_F32, e);
+  }
+  free(off);
+  if (rc) eng_adamw8_state_free(full);
+  return rc;
+}
+
+int eng_run_dist_state_save(eng_run *r, const eng_store *st, const eng_shard *sh, int i, const char *name,
+                            eng_err *e) {
+  const eng_coll *c = r->spec.coll;
+  if (!c || c->world == 1) return st->ckpt_put(st->ctx, name, sh->opt[i].mem, sh->opt[i].bytes, e);
+  eng_adamw8_state full;
+  int rc = state_gather(r, sh, i, &full, e);
+  if (rc) return rc;
+  rc = st->ckpt_put(st->ctx, name, full.mem, full.bytes, e); // nowhere but on rank 0 (eng_run_dist_store)
+  eng_adamw8_state_free(&full);
+  return rc;
+}
+
+int eng_run_dist_state_load(eng_run *r, const eng_store *st, int64_t step, eng_shard *sh, int i, const char *name,
+                            eng_err *e) {
+  const eng_coll *c = r->spec.coll;
+  eng_adamw8_state *part = &sh->opt[i];
+  if (!c || c->world == 1) {
+    // Read in place, then let the optimizer vet the state it will trust.
+    int rc = st->ckpt_get(st->ctx, step, name, part->mem, part->bytes, e);
+    return rc ? rc : eng_adamw8_state_restore(part, part->mem, part->bytes, e);
+  }
+  eng_adamw8_opts ao = {.block = part->block, .min_quant_numel = 1, .fp32_state = !part->quantized};
+  eng_adamw8_state full;
+  int rc = eng_adamw8_state_init(&full, sh->frozen[i] ? 0 : sh->tensors[i].numel, &ao, NULL, e);
+  if (rc) return rc;
+  rc = st->ckpt_get(st->ctx, step, name, full.mem, full.bytes, e);
+  if (!rc) rc = eng_adamw8_state_restore(&full, full.mem, full.bytes, e);
+  if (!rc) eng_adamw8_state_copy(part, 0, &full, sh->opt_off[i], part->numel);
+  eng_adamw8_state_free(&full);
+  return rc;
+}
+
+size_t eng_run_dist_opt_bytes(const eng_run *r) {
+  const eng_model *m = &r->model;
+  if (!r->spec.coll || r->spec.coll->world == 1) return eng_model_opt_bytes(m);
+  size_t n = 0;
+  for (int s = 0; s < m->lo.n_shards; s++) {
+    const eng_shard *sh = &m->shards[s];
+    for (int i = 0; i < sh->n_tensors; i++) {
+      eng_adamw8_opts ao = {.block = sh->opt[i].block, .min_quant_numel = 1, .fp32_state = !sh->opt[i].quantized};
+      n += eng_adamw8_state_bytes(sh->frozen[i] ? 0 : sh->tensors[i].numel, &ao);
+    }
+  }
+  return n;
+}
+
+// Ranks other than 0 take part in a save (its gathers) and write nothing.
+static int discard_begin(void *ctx, int64_t step, eng_err *e) { return (void)ctx, (void)step, (void)e, 0; }
+static int discard_put(void *ctx, const char *name, const void *data, size_t n, eng_err *e) {
+  return (void)ctx, (void)name, (void)data, (void)n, (void)e, 0;
+}
+static int discard_commit(void *ctx, eng_err *e) { return (void)ctx, (void)e, 0; }
+static const eng_store discard = {.ckpt_begin = discard_begin, .ckpt_put = discard_put, .ckpt_commit = discard_commit};
+
+const eng_store *eng_run_dist_store(const eng_run *r, const eng_store *st) {
+  const eng_coll *c = r->spec.coll;
+  return c && c->rank > 0 ? &discard : st;
 }

@@ -175,8 +175,11 @@ static eng_model_opts spec_model_opts(const eng_spec *s) {
                           .work_bf16 = s->device_gpu >= 0,
                           .poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0,
                           .poet_base_bf16 = s->method == ENG_METHOD_POETX && s->poet_base_bf16,
-                          // Ranks sum the whole table (their rows differ).
-                          .embed_rows = eng_run_dist_world(s) > 1 ? 0 : s->batch * s->seq_len};
+                          // Ranks sum the whole table (their rows differ), and each holds
+                          // the optimizer state of one part of every tensor (ZeRO-1).
+                          .embed_rows = eng_run_dist_world(s) > 1 ? 0 : s->batch * s->seq_len,
+                          .opt_parts = eng_run_dist_world(s),
+                          .opt_part = eng_run_dist_rank(s)};
 }
 
 // One step's FLOPs, and budgets that a single step would pass refused.
@@ -542,6 +545,7 @@ static int step_run(eng_run *r, const int32_t *ids, const int32_t *labels, const
     if (!lagged) {
       eng_exec_update u = update_of(r, lr, scale, ++r->updates);
       eng_exec_update_launch(r->exec, &u);
+      if ((rc = eng_run_dist_weights_gather(r, &res.t_comm, e))) return rc;
     }
     r->lag_scale = scale;
   }
@@ -751,7 +755,7 @@ static void meta_fill(const eng_run *r, int64_t *mt) {
       (int64_t)pos.epoch, (int64_t)pos.index, float_bits(r->lag_scale), c->vocab, c->d_model,
       c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff, c->tie_embeddings, c->arch,
       // the optimizer's layout (8-bit or fp32 moments, thresholds) shows in its size
-      (int64_t)eng_model_opt_bytes(&r->model)};
+      (int64_t)eng_run_dist_opt_bytes(r)};
   memcpy(mt, v, sizeof v);
 }
 
@@ -859,6 +863,7 @@ static int compute_load(eng_run *r, const eng_store *st, int64_t step, eng_err *
 
 int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
   eng_exec_quiesce(r->exec);
+  st = eng_run_dist_store(r, st); // every rank saves; rank 0 writes
   int64_t mt[META_COUNT];
   meta_fill(r, mt);
   int rc = st->ckpt_begin(st->ctx, r->step, e);
@@ -879,7 +884,7 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
     rc = st->ckpt_put(st->ctx, weights_name(name, s), w, sh->numel * sizeof(float), e);
     for (int i = 0; !rc && i < sh->n_tensors; i++) {
       snprintf(name, sizeof name, "o.%d.%d", s, i);
-      rc = st->ckpt_put(st->ctx, name, sh->opt[i].mem, sh->opt[i].bytes, e);
+      rc = eng_run_dist_state_save(r, st, sh, i, name, e);
     }
   }
   free(whole);
@@ -926,9 +931,7 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
     if (!rc && sh->base) eng_model_shard_set(&r->model, s, whole);
     for (int i = 0; !rc && i < sh->n_tensors; i++) {
       snprintf(name, sizeof name, "o.%d.%d", s, i);
-      // Read in place, then let the optimizer vet the state it will trust.
-      rc = st->ckpt_get(st->ctx, step, name, sh->opt[i].mem, sh->opt[i].bytes, e);
-      if (!rc) rc = eng_adamw8_state_restore(&sh->opt[i], sh->opt[i].mem, sh->opt[i].bytes, e);
+      rc = eng_run_dist_state_load(r, st, step, sh, i, name, e);
       if (rc) eng_err_prefix(e, "checkpoint at step %lld, %s: ", (long long)step, sh->tensors[i].name);
     }
   }

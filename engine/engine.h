@@ -255,7 +255,10 @@ int eng_score_samples(eng_run *r, const char *data_path, float **loss, uint64_t 
 int eng_score_data(eng_run *r, const char *data_path, const char *out_path, double *flops, eng_err *e);
 
 // Saves / restores the complete training state (weights, optimizer moments,
-// step, data position) as a checkpoint at the current step.
+// step, data position) as a checkpoint at the current step. Data parallel
+// (spec.coll): every rank calls both (the optimizer state is in parts, and
+// each rank holds one); rank 0 writes the checkpoint, which holds whole
+// tensors, so any world size loads it.
 int eng_save(eng_run *r, const eng_store *st, eng_err *e);
 // Loads the newest checkpoint of st (returns 1 when there is none).
 int eng_load(eng_run *r, const eng_store *st, eng_err *e);

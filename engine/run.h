@@ -77,13 +77,30 @@ int eng_run_select_save(const eng_run *r, const eng_store *st, eng_err *e);
 int eng_run_select_load(eng_run *r, const eng_store *st, int64_t step, eng_err *e);
 
 // Data parallelism (dist_run.c): what a spec with coll cannot do yet,
-// refused by name; the world size (1 without coll); and a run of the
+// refused by name; the world size and this rank (1 and 0 without coll); and a run of the
 // executor on this rank's share of a global batch, its loss (and after a
 // backward its gradients and their norm) summed over the ranks. Without
 // coll, eng_exec_run on the whole batch.
 int eng_run_dist_check(const eng_spec *s, eng_err *e);
 int eng_run_dist_world(const eng_spec *s);
+int eng_run_dist_rank(const eng_spec *s);
 int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, const int32_t *pos, int backward,
                      eng_exec_result *res, eng_err *e);
+// After an update: every rank's updated part of each tensor to every rank
+// (the time it took added to *t_comm). Nothing without coll.
+int eng_run_dist_weights_gather(eng_run *r, double *t_comm, eng_err *e);
+// A save: the store the run writes to (rank 0: st; the others take part in
+// the gathers and write nothing), and tensor i of shard sh's optimizer state
+// as a whole tensor's (gathered from the ranks' parts). A load: the whole
+// tensor's state read, this rank's part kept. Without coll, the state as it
+// is held.
+const eng_store *eng_run_dist_store(const eng_run *r, const eng_store *st);
+// The optimizer state's bytes over whole tensors (what a checkpoint holds),
+// however it is split over the ranks.
+size_t eng_run_dist_opt_bytes(const eng_run *r);
+int eng_run_dist_state_save(eng_run *r, const eng_store *st, const eng_shard *sh, int i, const char *name,
+                            eng_err *e);
+int eng_run_dist_state_load(eng_run *r, const eng_store *st, int64_t step, eng_shard *sh, int i, const char *name,
+                            eng_err *e);
 
 #endif

@@ -19,7 +19,8 @@
 
 #include "common/err.h"
 
-typedef enum eng_coll_dtype { ENG_COLL_F32, ENG_COLL_BF16, ENG_COLL_F64 } eng_coll_dtype;
+// U8: bytes, gathered and broadcast only (optimizer state codes).
+typedef enum eng_coll_dtype { ENG_COLL_F32, ENG_COLL_BF16, ENG_COLL_F64, ENG_COLL_U8 } eng_coll_dtype;
 
 typedef struct eng_coll eng_coll;
 
@@ -31,6 +32,9 @@ typedef struct eng_coll_ops {
   int (*reduce_scatter)(eng_coll *c, void *buf, size_t count, eng_coll_dtype t, eng_err *e);
   // Every slice r of buf[count] becomes rank r's slice r.
   int (*all_gather)(eng_coll *c, void *buf, size_t count, eng_coll_dtype t, eng_err *e);
+  // The same with parts of the caller's choosing: part r, elements [off[r],
+  // off[r] + n[r]) of buf, becomes rank r's (off and n alike on every rank).
+  int (*all_gather_parts)(eng_coll *c, void *buf, const size_t *off, const size_t *n, eng_coll_dtype t, eng_err *e);
   // buf[count] becomes root's.
   int (*broadcast)(eng_coll *c, void *buf, size_t count, eng_coll_dtype t, int root, eng_err *e);
   int (*barrier)(eng_coll *c, eng_err *e);

@@ -21,9 +21,11 @@ typedef struct mpi_coll {
   int we_init;                              // this module called MPI_Init
 } mpi_coll;
 
-static size_t dsize(eng_coll_dtype t) { return t == ENG_COLL_F64 ? 8 : t == ENG_COLL_F32 ? 4 : 2; }
+static size_t dsize(eng_coll_dtype t) {
+  return t == ENG_COLL_F64 ? 8 : t == ENG_COLL_F32 ? 4 : t == ENG_COLL_BF16 ? 2 : 1;
+}
 static MPI_Datatype dtype(eng_coll_dtype t) {
-  return t == ENG_COLL_F64 ? MPI_DOUBLE : t == ENG_COLL_F32 ? MPI_FLOAT : MPI_UINT16_T;
+  return t == ENG_COLL_F64 ? MPI_DOUBLE : t == ENG_COLL_F32 ? MPI_FLOAT : t == ENG_COLL_BF16 ? MPI_UINT16_T : MPI_BYTE;
 }
 
 static int mpi_fail(int rc, const char *what, eng_err *e) {
@@ -35,8 +37,9 @@ static int mpi_fail(int rc, const char *what, eng_err *e) {
 
 // MPI counts are ints: refuse what they cannot say.
 static int check_count(size_t count, eng_err *e) {
-  return count > (size_t)INT32_MAX ? eng_err_set(e, ENG_EINVAL, "collective of %zu elements: more than MPI counts", count)
-                                   : ENG_OK;
+  if (count > (size_t)INT32_MAX)
+    return eng_err_set(e, ENG_EINVAL, "collective of %zu elements: more than MPI counts", count);
+  return ENG_OK;
 }
 
 // Sends every rank its slice of buf and receives world copies of ours,
@@ -100,6 +103,7 @@ static void sum_slice(mpi_coll *m, void *buf, size_t count, eng_coll_dtype t, si
 static int mpi_reduce_scatter(eng_coll *c, void *buf, size_t count, eng_coll_dtype t, eng_err *e) {
   mpi_coll *m = (mpi_coll *)c;
   size_t n;
+  if (t == ENG_COLL_U8) return eng_err_set(e, ENG_EINVAL, "collective: bytes are gathered and broadcast, not summed");
   int rc = check_count(count, e);
   if (!rc) rc = exchange(m, buf, count, t, &n, e);
   if (!rc) sum_slice(m, buf, count, t, n);
@@ -117,6 +121,19 @@ static int mpi_all_gather(eng_coll *c, void *buf, size_t count, eng_coll_dtype t
     m->displs[r] = (int)o;
   }
   rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, m->counts, m->displs, dtype(t), MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS ? ENG_OK : mpi_fail(rc, "Allgatherv", e);
+}
+
+static int mpi_all_gather_parts(eng_coll *c, void *buf, const size_t *off, const size_t *n, eng_coll_dtype t,
+                                eng_err *e) {
+  mpi_coll *m = (mpi_coll *)c;
+  for (int r = 0; r < c->world; r++) {
+    int rc = check_count(off[r] + n[r], e);
+    if (rc) return rc;
+    m->counts[r] = (int)n[r];
+    m->displs[r] = (int)off[r];
+  }
+  int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, m->counts, m->displs, dtype(t), MPI_COMM_WORLD);
   return rc == MPI_SUCCESS ? ENG_OK : mpi_fail(rc, "Allgatherv", e);
 }
 
@@ -147,8 +164,8 @@ static void mpi_close(eng_coll *c) {
   free(m);
 }
 
-static const eng_coll_ops MPI_OPS = {mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_broadcast, mpi_barrier,
-                                     mpi_close};
+static const eng_coll_ops MPI_OPS = {mpi_all_reduce,      mpi_reduce_scatter, mpi_all_gather, mpi_all_gather_parts,
+                                     mpi_broadcast,       mpi_barrier,        mpi_close};
 
 int eng_coll_mpi_open(eng_coll **out, eng_err *e) {
   *out = NULL;

@@ -352,11 +352,13 @@ static void opt_run(void *arg) {
     const eng_tensor *t = &sh->tensors[i];
     // Decoupled weight decay applies to matrices only.
     eng_adamw8_hparams h = {u->lr, t->cols ? u->weight_decay : 0.0f, u->beta1, u->beta2, u->eps, u->clip_scale, u->t};
-    eng_adamw8_io io = {.w = sh->w + sh->w_off[i],
-                        .g = sh->g_bf16 ? (const void *)((const uint16_t *)sh->g + sh->g_off[i])
-                                        : (const void *)((const float *)sh->g + sh->g_off[i]),
+    // The tensor's elements whose state this process holds (model.h: opt_off).
+    const size_t o = sh->opt_off[i];
+    eng_adamw8_io io = {.w = sh->w + sh->w_off[i] + o,
+                        .g = sh->g_bf16 ? (const void *)((const uint16_t *)sh->g + sh->g_off[i] + o)
+                                        : (const void *)((const float *)sh->g + sh->g_off[i] + o),
                         .g_type = sh->g_bf16 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32};
-    if (sh->work) io.work = sh->work + t->off, io.work_type = ENG_ADAMW8_BF16; // what the next step streams
+    if (sh->work) io.work = sh->work + t->off + o, io.work_type = ENG_ADAMW8_BF16; // what the next step streams
     if (j->shard == 0 && x->m->row_of) io.g_rows = x->m->row_of, io.g_row_len = (size_t)x->m->cfg.d_model;
     eng_err ignored; // the arguments are built here: an error would be a bug caught by the tests
     eng_adamw8_update(&sh->opt[i], &io, &h, ENG_ISA_AUTO, NULL, &ignored);

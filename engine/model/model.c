@@ -114,7 +114,14 @@ static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e)
   for (int i = 0; i < sh->n_tensors; i++) {
     eng_adamw8_opts ao = tensor_opt_opts(lo, s, &sh->tensors[i], o);
     sh->frozen[i] = (uint8_t)tensor_frozen(lo, s, &sh->tensors[i], o);
-    int rc = eng_adamw8_state_init(&sh->opt[i], sh->frozen[i] ? 0 : sh->tensors[i].numel, &ao, NULL, e);
+    size_t n = sh->frozen[i] ? 0 : sh->tensors[i].numel;
+    sh->opt_off[i] = 0;
+    if (o->opt_parts > 1) {
+      eng_adamw8_opts po = eng_adamw8_part_opts(n, &ao);
+      eng_adamw8_part(n, &ao, o->opt_parts, o->opt_part, &sh->opt_off[i], &n);
+      ao = po;
+    }
+    int rc = eng_adamw8_state_init(&sh->opt[i], n, &ao, NULL, e);
     if (rc) return rc;
   }
   return 0;
@@ -396,7 +403,14 @@ int eng_model_state_parts(const eng_config *c, const eng_model_opts *o, eng_mode
       b->grad += g_numel * (shard_g_bf16(s, o) ? 2 : 4);
     for (int i = 0; i < nt; i++) {
       eng_adamw8_opts ao = tensor_opt_opts(&lo, s, &ts[i], o);
-      if (!tensor_frozen(&lo, s, &ts[i], o)) b->opt += eng_adamw8_state_bytes(ts[i].numel, &ao);
+      if (tensor_frozen(&lo, s, &ts[i], o)) continue;
+      size_t off, n = ts[i].numel;
+      if (o->opt_parts > 1) { // this rank's part
+        eng_adamw8_opts po = eng_adamw8_part_opts(n, &ao);
+        eng_adamw8_part(n, &ao, o->opt_parts, o->opt_part, &off, &n);
+        ao = po;
+      }
+      b->opt += eng_adamw8_state_bytes(n, &ao);
     }
   }
   if (o->poet_block) {

@@ -33,7 +33,9 @@ typedef struct eng_shard {
   int g_bf16;      // 1: g holds bf16 bits (uint16_t), 0: fp32
   int n_tensors;   // tensors of the shard (embedding; layer params; final norm, lm_head)
   eng_tensor tensors[ENG_SHARD_MAX_TENSORS];
-  eng_adamw8_state opt[ENG_SHARD_MAX_TENSORS]; // optimizer state of each tensor (none when frozen)
+  eng_adamw8_state opt[ENG_SHARD_MAX_TENSORS]; // optimizer state of each tensor (none when frozen);
+                                               // with opt parts, of elements [opt_off[i], + opt[i].numel)
+  size_t opt_off[ENG_SHARD_MAX_TENSORS];
   uint8_t frozen[ENG_SHARD_MAX_TENSORS];       // not trained: POET-X's W0 and biases
 } eng_shard;
 
@@ -49,6 +51,8 @@ typedef struct eng_model_opts {
                           // rounds the new W0), not in the fp32 master; cpu backend only
   int embed_rows;         // the most tokens a step has: an untied embedding's gradient store holds
                           // that many rows (a step touches no more), not the vocabulary's; 0: all
+  int opt_parts, opt_part; // data parallel (ZeRO-1): each tensor's optimizer state only for part
+                          // opt_part of opt_parts (eng_adamw8_part); 0 parts: the whole
 } eng_model_opts;
 
 typedef struct eng_model {

@@ -33,6 +33,40 @@ static void resolve_opts(const eng_adamw8_opts *o, size_t numel, int *block, int
   *quantized = !(o && o->fp32_state) && numel >= min;
 }
 
+void eng_adamw8_part(size_t numel, const eng_adamw8_opts *o, int world, int rank, size_t *off, size_t *n) {
+  int block, quantized;
+  resolve_opts(o, numel, &block, &quantized);
+  size_t nb = (numel + (size_t)block - 1) / (size_t)block, per = (nb + (size_t)world - 1) / (size_t)world;
+  size_t b0 = per * (size_t)rank, b1 = b0 + per;
+  size_t lo = b0 * (size_t)block, hi = b1 * (size_t)block;
+  if (lo > numel) lo = numel;
+  if (hi > numel) hi = numel;
+  *off = lo;
+  *n = hi - lo;
+}
+
+eng_adamw8_opts eng_adamw8_part_opts(size_t numel, const eng_adamw8_opts *o) {
+  int block, quantized;
+  resolve_opts(o, numel, &block, &quantized);
+  return (eng_adamw8_opts){.min_quant_numel = 1, .block = block, .fp32_state = !quantized};
+}
+
+void eng_adamw8_state_copy(eng_adamw8_state *dst, size_t dst_off, const eng_adamw8_state *src, size_t src_off,
+                           size_t n) {
+  if (!n) return;
+  if (src->quantized) {
+    size_t nb = (n + (size_t)src->block - 1) / (size_t)src->block;
+    size_t db = dst_off / (size_t)src->block, sb = src_off / (size_t)src->block;
+    memcpy(dst->mq + dst_off, src->mq + src_off, n);
+    memcpy(dst->vq + dst_off, src->vq + src_off, n);
+    memcpy(dst->ms + db, src->ms + sb, nb * sizeof(float));
+    memcpy(dst->vs + db, src->vs + sb, nb * sizeof(float));
+  } else {
+    memcpy(dst->m + dst_off, src->m + src_off, n * sizeof(float));
+    memcpy(dst->v + dst_off, src->v + src_off, n * sizeof(float));
+  }
+}
+
 static int block_ok(int b) { return b >= 64 && b <= ENG_ADAMW8_BLOCK_MAX && (b & (b - 1)) == 0; }
 
 size_t eng_adamw8_state_bytes(size_t numel, const eng_adamw8_opts *o) {

@@ -91,6 +91,21 @@ void eng_adamw8_state_free(eng_adamw8_state *s);
 // second moment, a non-finite fp32 first moment), naming the element.
 int eng_adamw8_state_restore(eng_adamw8_state *s, const void *data, size_t bytes, eng_err *e);
 
+// ---- a tensor's state in parts (data-parallel ranks, each updating one) ----
+// Blocks are independent, so a part of whole blocks updated on its own gives
+// the bits the whole tensor's pass gives there. Part `rank` of `world` of a
+// tensor of numel elements: [*off, *off + *n), whole blocks, the parts in
+// rank order (the last ones may be shorter or empty).
+void eng_adamw8_part(size_t numel, const eng_adamw8_opts *o, int world, int rank, size_t *off, size_t *n);
+// The options a part's state is made with: the whole tensor's block and its
+// choice of quantized or fp32 state, whatever the part's size.
+eng_adamw8_opts eng_adamw8_part_opts(size_t numel, const eng_adamw8_opts *o);
+// Copies the state of elements [src_off, src_off + n) of src to dst from
+// dst_off: both offsets whole blocks, src and dst of the same kind (block,
+// quantized or fp32).
+void eng_adamw8_state_copy(eng_adamw8_state *dst, size_t dst_off, const eng_adamw8_state *src, size_t src_off,
+                           size_t n);
+
 typedef enum { ENG_ADAMW8_F32 = 0, ENG_ADAMW8_BF16 = 1 } eng_adamw8_dtype;
 
 // Hyperparameters of one step, as eng_adamw_update takes them. clip_scale

@@ -137,6 +137,14 @@ static void usage(FILE *f) {
           "                      differs from them in the last bits; a route the cpu lacks\n"
           "                      is refused\n"
           "\n"
+          "data parallel: run under mpirun -np N or srun (Open MPI's, MPICH's or Slurm's\n"
+          "variables; MPI carries the sums). Each of the N ranks computes batch/N of every\n"
+          "batch (--batch and --micro divide by N; the cpu backend), the gradients are summed\n"
+          "over the ranks in rank order, and each rank holds the optimizer state of its part\n"
+          "of every tensor (ZeRO-1). Rank 0 alone prints, writes checkpoints and exports.\n"
+          "With one micro-batch per rank and --grad-fp32 the losses are bit-identical to one\n"
+          "process's.\n"
+          "\n"
           "Output: with --plan the plan's table, then 'step N loss X lr X tok/s X' per\n"
           "step, then a summary line.\n"
           "Exit codes: 0 success, 1 training, planning or I/O error, 2 bad usage (also\n"
@@ -501,7 +509,7 @@ int main(int argc, char **argv) {
   // Data parallel when a launcher started several of us (dist/dist.h).
   eng_dist_env dist;
   eng_coll *coll = NULL;
-  int writer = 1; // saves checkpoints (every rank reads them to resume)
+  int writer = 1; // prints the summary (every rank saves: the optimizer state is in parts)
   if (eng_dist_env_read(&dist, (const char *(*)(const char *))getenv, &e)) {
     fprintf(stderr, "traind-train: %s\n", e.msg);
     return 2;
@@ -569,7 +577,7 @@ int main(int argc, char **argv) {
     if (isnan(first)) first = m.loss;
     last = m.loss;
     if (m.step > 2) tps_sum += m.tokens_per_s, measured++; // warm-up excluded
-    if (writer && save_dir && save_every > 0 && m.step % save_every == 0) rc = eng_save(r, &st, &e);
+    if (save_dir && save_every > 0 && m.step % save_every == 0) rc = eng_save(r, &st, &e);
   }
   // The held-out loss where training ended, unless the last step measured it.
   double final_eval = NAN;
@@ -577,7 +585,7 @@ int main(int argc, char **argv) {
     if (m.evaluated) final_eval = m.eval_loss;
     else rc = eng_eval(r, &final_eval, &e);
   }
-  if (!rc && writer && save_dir) rc = eng_save(r, &st, &e);
+  if (!rc && save_dir) rc = eng_save(r, &st, &e); // every rank: rank 0 writes (engine.h)
   if (!rc && export_dir) rc = eng_export_hf(r, export_dir, 0, &e);
   if (!rc && timeline_path && m.step > 0)
     rc = timeline_write(timeline_path, r, &m, &plan, plan_arg && !strcmp(plan_arg, "auto"), &e);
