@@ -38,6 +38,10 @@ typedef struct eng_coll_ops {
   // buf[count] becomes root's.
   int (*broadcast)(eng_coll *c, void *buf, size_t count, eng_coll_dtype t, int root, eng_err *e);
   int (*barrier)(eng_coll *c, eng_err *e);
+  // Ends every rank of the job (the launcher kills the others and says
+  // which rank gave up), for a rank that fails while the others may be
+  // waiting for it inside a collective. Does not return.
+  void (*abort)(eng_coll *c, int code);
   void (*close)(eng_coll *c);
 } eng_coll_ops;
 

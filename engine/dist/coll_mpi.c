@@ -6,6 +6,7 @@
 #include "dist/coll.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #ifdef TRAIND_HAVE_MPI
@@ -156,6 +157,12 @@ static int mpi_barrier(eng_coll *c, eng_err *e) {
   return rc == MPI_SUCCESS ? ENG_OK : mpi_fail(rc, "Barrier", e);
 }
 
+static void mpi_abort(eng_coll *c, int code) {
+  (void)c;
+  MPI_Abort(MPI_COMM_WORLD, code);
+  _exit(code); // MPI_Abort does not return; should it, nothing more is to be done here
+}
+
 static void mpi_close(eng_coll *c) {
   mpi_coll *m = (mpi_coll *)c;
   if (m->we_init) MPI_Finalize();
@@ -164,8 +171,8 @@ static void mpi_close(eng_coll *c) {
   free(m);
 }
 
-static const eng_coll_ops MPI_OPS = {mpi_all_reduce,      mpi_reduce_scatter, mpi_all_gather, mpi_all_gather_parts,
-                                     mpi_broadcast,       mpi_barrier,        mpi_close};
+static const eng_coll_ops MPI_OPS = {mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_all_gather_parts,
+                                     mpi_broadcast,  mpi_barrier,        mpi_abort,      mpi_close};
 
 int eng_coll_mpi_open(eng_coll **out, eng_err *e) {
   *out = NULL;

@@ -603,8 +603,15 @@ int main(int argc, char **argv) {
     if (!isnan(final_eval)) printf("; eval %.4f", final_eval);
     printf("\n");
   } else if (rc) {
-    if (coll) fprintf(stderr, "traind-train: rank %d: %s: %s\n", coll->rank, eng_err_name(rc), e.msg);
-    else fprintf(stderr, "traind-train: %s: %s\n", eng_err_name(rc), e.msg);
+    if (coll) {
+      // The other ranks may be waiting for this one in a collective: end them
+      // all (the launcher names this rank), never leave them waiting.
+      fprintf(stderr, "traind-train: rank %d of %d: %s: %s; ending every rank\n", coll->rank, coll->world,
+              eng_err_name(rc), e.msg);
+      fflush(stdout);
+      coll->ops->abort(coll, 1);
+    }
+    fprintf(stderr, "traind-train: %s: %s\n", eng_err_name(rc), e.msg);
   }
   if (st.close) st.close(st.ctx);
   eng_close(r);

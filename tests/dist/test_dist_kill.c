@@ -3,6 +3,10 @@
 // checkpoint is complete; then rank 1 is killed. mpirun must end the job
 // (rank 0 included) with an error that names the lost rank, and a relaunch
 // with --resume must go on from the last complete checkpoint and finish.
+// Then a rank that fails on its own (its save directory holds a checkpoint
+// of another model, which it refuses on --resume) while rank 0 goes on into
+// the step's collectives: it must end every rank (MPI_Abort), naming
+// itself, not leave rank 0 waiting for it forever.
 // Waits are on events (a checkpoint's manifest, mpirun's exit); the only
 // clock is a guard that fails the test instead of letting it hang.
 #define _GNU_SOURCE
@@ -27,11 +31,20 @@ enum { GUARD_S = 300 };
 
 static char train_bin[1200], data[1200], dir[64], save[128];
 
-// mpirun -np 2 traind-train ... [--resume], output (both streams) to log.
-static pid_t start(const char *log, int resume, int steps) {
+static pid_t group; // the mpirun running (its process group), killed at exit
+
+static void kill_group(void) {
+  if (group > 0) kill(-group, SIGKILL);
+}
+
+// mpirun -np 2 traind-train ... [--resume], output (both streams) to log;
+// other_save: rank 1's save directory differs (MPMD), else NULL.
+static pid_t start(const char *log, int resume, int steps, const char *other_save) {
+  fflush(stdout);
   pid_t pid = fork();
   CHECK(pid >= 0, "fork failed");
   if (pid == 0) {
+    setpgid(0, 0);
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) _exit(126);
     dup2(fd, 1), dup2(fd, 2);
@@ -39,11 +52,19 @@ static pid_t start(const char *log, int resume, int steps) {
     setenv("OMP_NUM_THREADS", "1", 1);
     char ns[32];
     snprintf(ns, sizeof ns, "%d", steps);
-    execlp("mpirun", "mpirun", "-np", "2", train_bin, "--preset", "tiny", "--data", data, "--batch", "4", "--micro",
-           "2", "--seq", "64", "--grad-fp32", "--steps", ns, "--save-dir", save, "--save-every", "5",
-           resume ? "--resume" : (char *)NULL, (char *)NULL);
+#define ARGS train_bin, "--preset", "tiny", "--data", data, "--batch", "4", "--micro", "2", "--seq", "64", \
+    "--grad-fp32", "--steps", ns, "--save-every", "5"
+    if (other_save)
+      execlp("mpirun", "mpirun", "-np", "1", ARGS, "--save-dir", save, "--resume", ":", "-np", "1", ARGS, "--save-dir",
+             other_save, "--resume", (char *)NULL);
+    else
+      execlp("mpirun", "mpirun", "-np", "2", ARGS, "--save-dir", save, resume ? "--resume" : (char *)NULL,
+             (char *)NULL);
+#undef ARGS
     _exit(127);
   }
+  setpgid(pid, pid);
+  group = pid;
   return pid;
 }
 
@@ -121,6 +142,28 @@ static int running(pid_t pid) {
   return ok && st != 'Z' && st != 'X';
 }
 
+// Processes (not zombies) whose command line mentions s: the job's ranks.
+static int ranks_of(const char *s) {
+  DIR *d = opendir("/proc");
+  CHECK(d, "cannot read /proc");
+  int found = 0;
+  for (struct dirent *de; (de = readdir(d));) {
+    pid_t p = (pid_t)atoi(de->d_name);
+    char path[64], buf[8192];
+    if (p <= 0 || p == getpid() || !running(p)) continue;
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)p);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) continue;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    for (ssize_t i = 0; i < n; i++)
+      if (!buf[i]) buf[i] = ' ';
+    if (n > 0 && (buf[n] = 0, strstr(buf, "traind-train") && strstr(buf, s))) found++;
+  }
+  closedir(d);
+  return found;
+}
+
 static void slurp(const char *path, char *out, size_t n) {
   FILE *f = fopen(path, "r");
   CHECK(f, "cannot read %s", path);
@@ -141,7 +184,8 @@ int main(void) {
   snprintf(log1, sizeof log1, "%s/run1.log", dir);
   snprintf(log2, sizeof log2, "%s/run2.log", dir);
 
-  pid_t mp = start(log1, 0, 1000000);
+  atexit(kill_group);
+  pid_t mp = start(log1, 0, 1000000, NULL);
   double t0 = eng_now();
   int saved;
   while (!(saved = newest_ckpt())) {
@@ -172,7 +216,7 @@ int main(void) {
 
   // Resume: from the newest complete checkpoint, to 10 steps past it.
   int last = newest_ckpt(), steps = last + 10;
-  mp = start(log2, 1, steps);
+  mp = start(log2, 1, steps, NULL);
   rc = wait_exit(mp, &took);
   slurp(log2, out, sizeof out);
   char want[64];
@@ -181,6 +225,28 @@ int main(void) {
         "finish:\n%s", rc, last, out);
   const char *done = strstr(out, "done: ");
   printf("relaunched with --resume: resumed at step %d; %.*s\n", last, (int)strcspn(done, "\n"), done);
+
+  // Rank 1 alone refuses its checkpoint (a 3-layer model's, in its own save
+  // directory) while rank 0 resumes and steps.
+  char other[160], log3[128], cmd0[4096];
+  snprintf(other, sizeof other, "%s/other", dir);
+  snprintf(log3, sizeof log3, "%s/run3.log", dir);
+  snprintf(cmd0, sizeof cmd0, "OMP_NUM_THREADS=1 %s --preset tiny --layers 3 --data %s --seq 64 --batch 4 --steps 1 "
+           "--save-dir %s > /dev/null 2>&1", train_bin, data, other);
+  CHECK(system(cmd0) == 0, "cannot make the other model's checkpoint: %s", cmd0);
+  mp = start(log3, 1, steps + 100000, other);
+  rc = wait_exit(mp, &took);
+  slurp(log3, out, sizeof out);
+  // (Open MPI's own "MPI_ABORT was invoked on rank 1" is sometimes lost to its
+  // show_help; the rank's line is ours.)
+  CHECK(rc != 0 && strstr(out, "rank 1 of 2: bad state") && strstr(out, "ending every rank"),
+        "a rank that failed alone did not end the job naming itself (exit %d):\n%s", rc, out);
+  for (double t1 = eng_now(); ranks_of(dir);) {
+    CHECK(eng_now() - t1 < GUARD_S, "a rank of the aborted job still runs %d s after mpirun exited", GUARD_S);
+    usleep(20000);
+  }
+  printf("rank 1 refusing its checkpoint alone: every rank gone, mpirun exited %d in %.2f s: %.*s\n", rc, took,
+         (int)strcspn(strstr(out, "traind-train: rank 1"), "\n"), strstr(out, "traind-train: rank 1"));
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0, "cannot remove %s", dir);
