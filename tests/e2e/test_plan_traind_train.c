@@ -88,7 +88,7 @@ int main(void) {
   snprintf(data, sizeof data, "%s/data/demo/licenses.txt", TRAIND_SOURCE_DIR);
   CHECK(access(train_bin, X_OK) == 0 && access(plan_bin, X_OK) == 0, "%s or %s is not built", train_bin, plan_bin);
   snprintf(out, sizeof out, "%s --help", train_bin);
-  char help[8192];
+  char help[1 << 15];
   CHECK(td_run_out(out, help, sizeof help) == 0 && strstr(help, "--plan auto|FILE") && strstr(help, "auto: ") &&
             strstr(help, "FILE: "),
         "--help does not document --plan auto and --plan FILE:\n%s", help);
