@@ -21,9 +21,6 @@
 typedef struct conn {
   ino_t ino;          // 0: no entry
   lsn_peer peer;
-  uint64_t win_ms;    // the current one-second window of resets
-  int resets;         // calls reset unanswered in that window
-  int cut;            // shut down for resetting too much
 } conn;
 
 struct lsn {
@@ -274,24 +271,6 @@ int lsn_peer_of(lsn *l, int fd, lsn_peer *p) {
   if (fd < 0 || fd >= l->n_conns || !conn_live(&l->conns[fd], fd)) return -1;
   *p = l->conns[fd].peer;
   return 0;
-}
-
-void lsn_note_reset(lsn *l, int fd) {
-  if (fd < 0 || fd >= l->n_conns || !conn_live(&l->conns[fd], fd)) return;
-  conn *c = &l->conns[fd];
-  uint64_t now = uv_now(l->loop);
-  if (now - c->win_ms >= 1000) {
-    c->win_ms = now;
-    c->resets = 0;
-  }
-  if (++c->resets <= l->o.max_resets || c->cut) return;
-  // shutdown, not close: the core owns the descriptor and closes it once
-  // it sees the connection end.
-  shutdown(fd, SHUT_RDWR);
-  c->cut = 1;
-  log_warn("socket %s: uid %u pid %d reset more than %d calls within a second before they were answered; "
-           "closing its connection (HTTP/2 rapid reset)",
-           l->path, (unsigned)c->peer.uid, (int)c->peer.pid, l->o.max_resets);
 }
 
 static void on_closed(uv_handle_t *h) {

@@ -9,9 +9,9 @@
 //     backoff and resumes by itself (the core's listener stops for good);
 //   - a limit on open connections;
 //   - the peer's credentials (SO_PEERCRED), the caller's identity, with its
-//     user's groups looked up once, when it connects;
-//   - HTTP/2 rapid-reset protection: a connection whose calls its client
-//     keeps resetting before they are answered is closed.
+//     user's groups looked up once, when it connects.
+// (A connection whose client keeps cancelling its calls is closed by the
+// server's completion-queue thread: rapid.h.)
 // TCP (TLS) stays on the core's listener. Loop thread only.
 #ifndef TRAIND_LISTEN_H
 #define TRAIND_LISTEN_H
@@ -35,7 +35,6 @@ typedef struct lsn_options {
   const char *path;  // the socket file
   unsigned mode;     // its mode (chmod after bind: the process umask does not decide it)
   int max_conns;     // open connections at most; more are closed at once
-  int max_resets;    // calls reset unanswered within a second that close the connection
   void (*conn)(void *arg, int fd); // a new connection: the callee owns fd
   void *arg;
 } lsn_options;
@@ -47,8 +46,6 @@ int lsn_open(lsn **out, uv_loop_t *loop, const lsn_options *o, char *err, size_t
 // The credentials of the connection on fd, taken when it was accepted.
 // -1 when fd is not one of this listener's live connections.
 int lsn_peer_of(lsn *l, int fd, lsn_peer *p);
-// The client reset a call on fd before it was answered.
-void lsn_note_reset(lsn *l, int fd);
 // Stops accepting, removes the socket file and releases the lock; done runs
 // once the handles are closed (l is freed by then).
 void lsn_close(lsn *l, void (*done)(void *arg), void *arg);

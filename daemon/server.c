@@ -19,6 +19,7 @@
 #include "listen.h"
 #include "log.h"
 #include "mbox.h"
+#include "rapid.h"
 #include "validate.h"
 
 // One operation in flight on the completion queue. The cq thread fills ok,
@@ -47,6 +48,7 @@ struct srv_call {
   val_err recv_err;                 // else why not, when the client sent one
   int fd;                           // the Unix connection's descriptor, else -1
   srv_caller caller;
+  int handed;                       // given to the loop (cq thread's flag)
   int md_sent;                      // SEND_INITIAL_METADATA was started
   int pending;                      // batches started and not yet back
   int send_busy;                    // a SEND_MESSAGE or the status is in flight
@@ -68,6 +70,7 @@ struct srv {
   uv_thread_t thread;
   mbox mb;
   lsn *unix_lsn;                     // the Unix socket (daemon/listen.h)
+  rapid *rapid;                     // its calls' resets (cq thread)
   srv_tag t_shutdown;               // server shutdown finished
   srv_tag t_thread_done;            // the cq thread saw GRPC_QUEUE_SHUTDOWN
   const srv_method *methods;
@@ -86,6 +89,7 @@ struct srv {
 
 static void call_arm(srv *s);
 static void handoff(srv_call *c);
+static int close_arm(srv_call *c);
 
 #define SRV_READY_MAX 64
 
@@ -170,6 +174,7 @@ static void on_send(srv_tag *t) {
   if (c->finish_code >= 0) { // a status waited for this message
     grpc_status_code code = (grpc_status_code)c->finish_code;
     c->finish_code = -1;
+  c->fd = -1;
     char *msg = c->finish_msg;
     c->finish_msg = NULL;
     srv_finish(c, code, "%s", msg ? msg : "");
@@ -279,8 +284,6 @@ static void on_close(srv_tag *t) {
   srv_call *c = t->c;
   c->pending--;
   c->closed = 1;
-  if (c->client_cancelled && c->fd >= 0 && c->s->unix_lsn)
-    lsn_note_reset(c->s->unix_lsn, c->fd);
   c->sent = NULL;
   if (c->on_close) {
     srv_close_fn fn = c->on_close;
@@ -305,20 +308,39 @@ static int token_ok(const srv *s, const grpc_metadata_array *md) {
   return 0;
 }
 
-// Local calls come through the Unix listener, whose connections the core
-// names "fd:N": the caller is that connection's peer. The descriptor stays
-// the connection's while the call holds it (the core closes it only when the
-// transport, which the call references, is gone).
-static void call_identify(srv_call *c) {
+// cq thread, as the call arrives (its peer reads "unknown" once it is
+// over): local calls come through the Unix listener, whose connections the
+// core names "fd:N". The descriptor stays the connection's while the call
+// holds it (the core closes it only when the transport, which the call
+// references, is gone).
+static void call_peer_fd(srv_call *c) {
   char *peer = grpc_call_get_peer(c->call);
-  int fd;
   char end;
-  lsn_peer p;
-  if (peer && c->s->unix_lsn && sscanf(peer, "fd:%d%c", &fd, &end) == 1 && !lsn_peer_of(c->s->unix_lsn, fd, &p)) {
-    c->fd = fd;
-    c->caller = (srv_caller){.local = 1, .peer = p};
-  }
+  if (!peer || sscanf(peer, "fd:%d%c", &c->fd, &end) != 1) c->fd = -1;
   gpr_free(peer);
+}
+
+// Loop: a local caller is its connection's peer.
+static void call_identify(srv_call *c) {
+  lsn_peer p;
+  if (c->fd >= 0 && c->s->unix_lsn && !lsn_peer_of(c->s->unix_lsn, c->fd, &p))
+    c->caller = (srv_caller){.local = 1, .peer = p};
+}
+
+// cq thread: the call is over. A client's cancel is counted here, at the
+// core's pace (rapid.h); a call the loop never had ends here, one it has
+// goes on to on_close there.
+static void on_close_cq(srv_tag *t) {
+  srv_call *c = t->c;
+  if (c->client_cancelled && c->s->rapid) rapid_note(c->s->rapid, c->fd);
+  if (c->handed) {
+    t->fn = on_close;
+    mbox_post(&c->s->mb, &t->item);
+    return;
+  }
+  c->pending--;
+  c->closed = 1;
+  call_settle(c);
 }
 
 // Loop: the call with its request (or its failure) is the loop's from here.
@@ -346,11 +368,19 @@ static void on_ready(srv_tag *t) {
 static void on_recv(srv_tag *t) {
   srv_call *c = t->c;
   c->pending--;
-  if (t->ok && !c->recv_buf) { // half-closed without a message
-    c->recv_err = (val_err){GRPC_STATUS_INVALID_ARGUMENT, "request: no request message was sent"};
-  } else if (t->ok && c->m) {
-    // (!ok: the client went away, or the message broke a limit and the core
-    // fails the call with RESOURCE_EXHAUSTED itself.)
+  if (!t->ok || !c->recv_buf) {
+    // Over before its request came (its client cancelled it, or the message
+    // broke a limit and the core failed the call), or half-closed without
+    // one (the same to the core: ok, no message; such a call is refused
+    // here, and counts as cancelled like the rest): the loop never sees it,
+    // so a flood of such calls cannot hold the next ones back in the core.
+    if (t->ok)
+      grpc_call_cancel_with_status(c->call, GRPC_STATUS_INVALID_ARGUMENT, "request: no request message was sent",
+                                   NULL);
+    if (close_arm(c)) call_settle(c);
+    return;
+  }
+  if (c->m) {
     grpc_byte_buffer_reader rd;
     grpc_slice sl = grpc_empty_slice();
     if (grpc_byte_buffer_reader_init(&rd, c->recv_buf)) {
@@ -372,17 +402,24 @@ static void on_recv(srv_tag *t) {
   handoff(c);
 }
 
-// cq thread: arms the close (which reports a client that goes away) and
-// gives the call to the loop; the cq thread does not touch it again.
-static void handoff(srv_call *c) {
+// cq thread: arms the close, which reports the call's end and whether its
+// client cancelled it (on_close_cq). 0, or -1 with the call cancelled.
+static int close_arm(srv_call *c) {
   grpc_op close_op;
   memset(&close_op, 0, sizeof close_op);
   close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   close_op.data.recv_close_on_server.cancelled = &c->client_cancelled;
-  if (call_batch(c, &close_op, 1, &c->t_close)) {
-    grpc_call_cancel(c->call, NULL);
-    c->closed = 1;
-  }
+  if (!call_batch(c, &close_op, 1, &c->t_close)) return 0;
+  grpc_call_cancel(c->call, NULL);
+  c->closed = 1;
+  return -1;
+}
+
+// cq thread: arms the close and gives the call to the loop; the cq thread
+// touches it again only to pass its close on.
+static void handoff(srv_call *c) {
+  c->handed = 1;
+  close_arm(c);
   atomic_fetch_add(&c->s->ready_queued, 1);
   mbox_post(&c->s->mb, &c->t_ready.item);
 }
@@ -402,6 +439,7 @@ static void on_new(srv_tag *t) {
   // what is owed).
   atomic_fetch_add(&s->arms_owed, 1);
   if (atomic_load(&s->ready_queued) < SRV_READY_MAX) arms_pay(s);
+  call_peer_fd(c);
   size_t len = GRPC_SLICE_LENGTH(c->details.method);
   const char *path = (const char *)GRPC_SLICE_START_PTR(c->details.method);
   for (int i = 0; i < s->n_methods; i++)
@@ -441,7 +479,8 @@ static void call_arm(srv *s) {
   c->t_recv.on_cq = 1;
   tag_init(&c->t_ready, c, on_ready);
   tag_init(&c->t_send, c, on_send);
-  tag_init(&c->t_close, c, on_close);
+  tag_init(&c->t_close, c, on_close_cq);
+  c->t_close.on_cq = 1;
   grpc_call_error err = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq, &c->t_new);
   if (err != GRPC_CALL_OK) {
     log_err("grpc: request_call failed (error %d)", (int)err);
@@ -518,8 +557,8 @@ int srv_start(srv **out, uv_loop_t *loop, const srv_options *o, char *err, size_
   //    a message whose length prefix claims more than max_message_bytes is
   //    still pulled in by the core until the quota's pressure makes it reset
   //    the stream, so the quota is what keeps a 2 GiB prefix to a few MiB;
-  //  - calls reset before they are answered are counted per connection by
-  //    the listener (lsn_note_reset), which closes a rapid-reset flood.
+  //  - calls their clients cancel are counted per connection on the cq
+  //    thread (rapid.h), which closes a rapid-reset flood.
   grpc_resource_quota *q = grpc_resource_quota_create("traind");
   grpc_resource_quota_resize(q, (size_t)o->max_message_bytes * 4 + (16u << 20));
   grpc_arg args[4] = {
@@ -535,8 +574,12 @@ int srv_start(srv **out, uv_loop_t *loop, const srv_options *o, char *err, size_
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->cq, NULL);
   if (o->tcp_addr && bind_tcp(s, o, err, errlen)) goto fail;
-  lsn_options lo = {o->unix_path, o->unix_mode, o->max_conns, o->max_resets, on_unix_conn, s};
+  lsn_options lo = {o->unix_path, o->unix_mode, o->max_conns, on_unix_conn, s};
   if (lsn_open(&s->unix_lsn, loop, &lo, err, errlen)) goto fail;
+  if (!(s->rapid = rapid_new(o->unix_path, o->max_resets))) {
+    snprintf(err, errlen, "out of memory");
+    goto fail;
+  }
   if (mbox_init(&s->mb, loop, on_mbox, s)) {
     snprintf(err, errlen, "cannot create the loop's wakeup handle");
     goto fail;
@@ -555,6 +598,7 @@ int srv_start(srv **out, uv_loop_t *loop, const srv_options *o, char *err, size_
 fail:
   if (s->unix_lsn) lsn_close(s->unix_lsn, NULL, NULL);
   srv_core_destroy(s);
+  rapid_free(s->rapid);
   free(s);
   return -1;
 }
@@ -581,6 +625,7 @@ static void on_mbox_closed(uv_handle_t *h) {
   srv *s = b->data;
   void (*done)(void *) = s->done;
   void *arg = s->done_arg;
+  rapid_free(s->rapid);
   free(s->token);
   free(s);
   if (done) done(arg);

@@ -38,7 +38,7 @@ typedef struct srv_options {
   const char *unix_path;    // socket file (daemon/listen.h: locked, replaced when stale)
   unsigned unix_mode;
   int max_conns;            // open Unix connections at most
-  int max_resets;           // calls a connection may reset unanswered per second
+  int max_resets;           // calls a Unix connection's client may cancel per second (rapid.h)
   int max_streams;          // calls open at once per connection (HTTP/2 MAX_CONCURRENT_STREAMS)
   const char *tcp_addr;     // "host:port" or NULL; needs TLS and a token
   const char *tls_cert_pem; // contents, not paths

@@ -290,11 +290,12 @@ static inline int td_ctl(td *t, char *out, size_t outlen, const char *fmt, ...) 
   CHECK(p, "popen %s", cmd);
   size_t n = 0;
   char sink[4096];
-  while (1) {
-    size_t k = out ? fread(out + n, 1, outlen - 1 - n, p) : fread(sink, 1, sizeof sink, p);
-    if (k == 0) break;
-    if (out) n += k;
-    if (out && n == outlen - 1) break;
+  // Read to the end, what does not fit out included: a trainctl that
+  // cannot write its output fails.
+  for (size_t k = 1; k;) {
+    int room = out && n < outlen - 1;
+    k = room ? fread(out + n, 1, outlen - 1 - n, p) : fread(sink, 1, sizeof sink, p);
+    if (room) n += k;
   }
   if (out) out[n] = 0;
   int st = pclose(p);
@@ -453,7 +454,7 @@ static inline void td_wait_step(td *t, const char *id, int64_t step, double time
 
 // The text of every event of a job (trainctl logs), into out.
 static inline void td_logs(td *t, const char *id, char *out, size_t n) {
-  CHECK(td_ctl(t, out, n, "logs %s", id) == 0, "trainctl logs %s failed", id);
+  CHECK(td_ctl(t, out, n, "logs %s", id) == 0, "trainctl logs %s failed: %s", id, out);
 }
 
 // Stops the daemon (it must exit 0: under the sanitizers a leak or an error
