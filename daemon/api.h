@@ -37,9 +37,10 @@ job *api_job_of(srv_call *c, ProtobufCMessage *req, const char *job_id);
 // Answers with the job (spec included).
 void api_reply_job(srv_call *c, const job *j);
 // Answers, once every write made so far is durable (daemon/commit.h), with
-// the job as a Job (submit = 0) or a SubmitJobResponse (submit = 1, created
-// saying whether this call made it): what the answer reports is stored by
-// the time the client hears it.
+// the job as it is now, as a Job (submit = 0) or a SubmitJobResponse
+// (submit = 1, created saying whether this call made it): what the answer
+// reports is stored by the time the client hears it. The commit thread
+// sends it.
 void api_reply_durable(srv_call *c, const job *j, int submit, int created);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include "api.h"
 #include "commit.h"
+#include "log.h"
 
 #define T(x) Traind__V1__##x   // types
 #define K(x) TRAIND__V1__##x   // constants
@@ -40,7 +41,9 @@ void api_reply_job(srv_call *c, const job *j) {
   srv_reply(c, &pb.base);
 }
 
-static void reply_submit(srv_call *c, const job *j, int created) {
+static void reply_send(void *arg) { srv_reply_send(arg); }
+
+void api_reply_durable(srv_call *c, const job *j, int submit, int created) {
   T(Job) pb;
   T(ModelConfig) model;
   T(Progress) progress;
@@ -48,47 +51,12 @@ static void reply_submit(srv_call *c, const job *j, int created) {
   T(SubmitJobResponse) resp = K(SUBMIT_JOB_RESPONSE__INIT);
   resp.job = &pb;
   resp.created = created;
-  srv_reply(c, &resp.base);
-}
-
-typedef struct durable {
-  srv_call *c; // NULL once the call is over (the client went away)
-  traind *d;
-  char id[STORE_JOB_MAX + 1];
-  int submit, created;
-} durable;
-
-static void durable_closed(srv_call *c, void *app) {
-  (void)c;
-  ((durable *)app)->c = NULL;
-}
-
-static void durable_done(void *arg) {
-  durable *w = arg;
-  if (w->c) {
-    srv_on_close(w->c, NULL, NULL); // answered here: the waiter goes now
-    const job *j = job_find(w->d, w->id);
-    if (!j) srv_fail(w->c, GRPC_STATUS_NOT_FOUND, "job_id: job \"%s\" was removed by retention", w->id);
-    else if (w->submit) reply_submit(w->c, j, w->created);
-    else api_reply_job(w->c, j);
-  }
-  free(w);
-}
-
-void api_reply_durable(srv_call *c, const job *j, int submit, int created) {
-  traind *d = srv_call_data(c);
-  durable *w = calloc(1, sizeof *w);
-  if (!w) {
-    srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory");
-    return;
-  }
-  *w = (durable){c, d, "", submit, created};
-  snprintf(w->id, sizeof w->id, "%s", j->id);
-  srv_on_close(c, durable_closed, w);
-  if (commit_when_durable(d->commit, durable_done, w)) {
-    srv_on_close(c, NULL, NULL);
-    free(w);
-    srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory");
+  // The answer is the job as it is stored: made now, sent by the commit
+  // thread once that is on the disk.
+  srv_later *l = srv_reply_prepare(c, submit ? &resp.base : &pb.base);
+  if (l && commit_when_durable_any(((traind *)srv_call_data(c))->commit, reply_send, l)) {
+    log_err("job %s: out of memory waiting for its record; answered before it is on the disk", j->id);
+    srv_reply_send(l);
   }
 }
 

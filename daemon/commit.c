@@ -40,12 +40,14 @@ struct commit {
   uv_thread_t thread;
   uv_mutex_t mu;
   uv_cond_t cond;
-  op *q_head, *q_tail; // (mu) writes queued, oldest first
-  uint64_t queued;     // (mu) writes queued so far
-  int stop;            // (mu)
-  int running;         // loop: the thread exists
-  uint64_t synced;     // loop: writes known durable
-  waiter *head, *tail; // loop
+  op *q_head, *q_tail;   // (mu) writes queued, oldest first
+  uint64_t queued;       // (mu) writes queued so far
+  uint64_t durable;      // (mu) writes the thread has synced
+  waiter *t_head, *t_tail; // (mu) waiters that run on the thread
+  int stop;              // (mu)
+  int running;           // loop: the thread exists
+  uint64_t synced;       // loop: writes known durable
+  waiter *head, *tail;   // loop
 };
 
 static void op_free(op *o) {
@@ -53,27 +55,40 @@ static void op_free(op *o) {
   free(o);
 }
 
-static void run_waiters(commit *c, uint64_t upto) {
-  while (c->head && c->head->gen <= upto) {
-    waiter *w = c->head;
-    c->head = w->next;
-    if (!c->head) c->tail = NULL;
+// Runs and frees the waiters of the list at *head up to gen upto.
+static void run_waiters(waiter **head, waiter **tail, uint64_t upto) {
+  while (*head && (*head)->gen <= upto) {
+    waiter *w = *head;
+    *head = w->next;
+    if (!*head) *tail = NULL;
     w->fn(w->arg);
     free(w);
   }
+}
+
+// Thread: the thread's waiters up to gen, taken from the list under mu (held
+// on entry and exit) and run without it.
+static void run_thread_waiters(commit *c, uint64_t gen) {
+  waiter *h = c->t_head, *last = NULL;
+  while (h && h->gen <= gen) last = h, h = h->next;
+  if (!last) return;
+  waiter *run = c->t_head, *run_tail = last;
+  c->t_head = h;
+  if (!h) c->t_tail = NULL;
+  last->next = NULL;
+  uv_mutex_unlock(&c->mu);
+  run_waiters(&run, &run_tail, UINT64_MAX);
+  uv_mutex_lock(&c->mu);
 }
 
 static void on_synced(mbox *b, mbox_item *it) {
   commit *c = b->data;
   synced_item *s = (synced_item *)it;
   if (s->gen > c->synced) c->synced = s->gen;
-  run_waiters(c, s->gen);
+  run_waiters(&c->head, &c->tail, s->gen);
   free(s);
 }
 
-// Applies *ops in order, freeing each once written, then syncs. On a
-// failure *ops keeps the writes not made (the failed one first) and the
-// sync is left for the retry.
 // One round: every queued write in one atomic batch, then one sync. On
 // failure nothing of it was applied and *ops is left as it was.
 static int round_write(store *st, op **ops, eng_err *e) {
@@ -143,12 +158,15 @@ static void sync_thread(void *arg) {
     }
     if (backoff_ms) log_info("storage: the job table's writes go through again");
     backoff_ms = 0;
+    c->durable = gen;
+    run_thread_waiters(c, gen);
     synced_item *s = calloc(1, sizeof *s);
     if (s) {
       s->gen = gen;
       mbox_post(&c->mb, &s->item);
     } // else the next round's report covers these waiters too
   }
+  run_thread_waiters(c, UINT64_MAX); // what a failed last round leaves, as commit_stop does
   uv_mutex_unlock(&c->mu);
 }
 
@@ -246,6 +264,25 @@ int commit_when_durable(commit *c, commit_fn fn, void *arg) {
   return 0;
 }
 
+int commit_when_durable_any(commit *c, commit_fn fn, void *arg) {
+  waiter *w = calloc(1, sizeof *w);
+  if (!w) return -1;
+  uv_mutex_lock(&c->mu);
+  int now = !c->running || c->durable >= c->queued;
+  if (!now) {
+    *w = (waiter){NULL, c->queued, fn, arg};
+    if (c->t_tail) c->t_tail->next = w;
+    else c->t_head = w;
+    c->t_tail = w;
+  }
+  uv_mutex_unlock(&c->mu);
+  if (now) {
+    free(w);
+    fn(arg);
+  }
+  return 0;
+}
+
 void commit_stop(commit *c) {
   if (!c || !c->running) return;
   uv_mutex_lock(&c->mu);
@@ -264,7 +301,7 @@ void commit_stop(commit *c) {
   }
   c->mb.head = c->mb.tail = NULL;
   c->synced = c->queued;
-  run_waiters(c, UINT64_MAX);
+  run_waiters(&c->head, &c->tail, UINT64_MAX);
 }
 
 void commit_free(commit *c) {

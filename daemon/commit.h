@@ -35,6 +35,10 @@ void commit_event_put(commit *c, const char *job, uint64_t seq, void *ev, size_t
 // fn(arg) runs on the loop once every write queued so far is durable: later,
 // or at once when nothing is outstanding. -1 when out of memory.
 int commit_when_durable(commit *c, commit_fn fn, void *arg);
+// The same, but fn runs on the commit thread the moment the sync returns
+// (or here, at once): no trip through the loop, for what is safe on any
+// thread (srv_reply_send). Loop thread.
+int commit_when_durable_any(commit *c, commit_fn fn, void *arg);
 // Writes and syncs what is queued and stops the thread; waiters run first.
 // A round that fails while stopping is given up (logged): the process ends.
 // Writes queued afterwards are made at once, synced. Loop thread.

@@ -187,9 +187,12 @@ static void on_send(srv_tag *t) {
   call_settle(c);
 }
 
-static void send_status(srv_call *c, grpc_status_code code, const char *msg, const ProtobufCMessage *reply) {
-  grpc_op ops[3];
-  memset(ops, 0, sizeof ops);
+// The ops that end a call: its headers unless sent, the reply if any, the
+// status (details: the caller's, alive until start_batch). The call is
+// marked as ending. Their count.
+static size_t status_ops(srv_call *c, grpc_status_code code, grpc_slice *details, const ProtobufCMessage *reply,
+                         grpc_op ops[3]) {
+  memset(ops, 0, 3 * sizeof *ops);
   size_t n = 0;
   if (!c->md_sent) { // a unary answer, or a refused call
     ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -200,14 +203,55 @@ static void send_status(srv_call *c, grpc_status_code code, const char *msg, con
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = c->send_buf;
   }
-  grpc_slice details = grpc_slice_from_copied_string(msg);
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = code;
-  ops[n++].data.send_status_from_server.status_details = &details;
+  ops[n++].data.send_status_from_server.status_details = details;
   c->status_started = 1;
   c->send_busy = 1;
+  return n;
+}
+
+static void send_status(srv_call *c, grpc_status_code code, const char *msg, const ProtobufCMessage *reply) {
+  grpc_op ops[3];
+  grpc_slice details = grpc_slice_from_copied_string(msg);
+  size_t n = status_ops(c, code, &details, reply, ops);
   if (call_batch(c, ops, n, &c->t_send)) c->send_busy = 0;
   grpc_slice_unref(details); // the core does not keep status_details past start_batch
+}
+
+struct srv_later {
+  srv_call *c;
+  grpc_op ops[3];
+  size_t n;
+  grpc_slice details;
+};
+
+srv_later *srv_reply_prepare(srv_call *c, const ProtobufCMessage *msg) {
+  if (c->status_started || c->closed) return NULL;
+  srv_later *l = malloc(sizeof *l);
+  if (!l) {
+    srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory");
+    return NULL;
+  }
+  l->c = c;
+  l->details = grpc_empty_slice();
+  l->n = status_ops(c, GRPC_STATUS_OK, &l->details, msg, l->ops);
+  c->pending++; // the batch to come: the call stays until it is back
+  return l;
+}
+
+// Any thread. The call is the loop's, but none of what this reads changes
+// while the batch is owed (pending keeps it); the completion goes to the
+// loop as every send's does.
+void srv_reply_send(srv_later *l) {
+  srv_call *c = l->c;
+  grpc_call_error err = grpc_call_start_batch(c->call, l->ops, l->n, &c->t_send, NULL);
+  free(l);
+  if (err != GRPC_CALL_OK) {
+    log_err("grpc: start_batch of a reply failed (error %d)", (int)err);
+    c->t_send.ok = 0;
+    mbox_post(&c->s->mb, &c->t_send.item);
+  }
 }
 
 void srv_reply(srv_call *c, const ProtobufCMessage *msg) {

@@ -76,6 +76,15 @@ const srv_caller *srv_call_caller(const srv_call *c);
 void srv_reply(srv_call *c, const ProtobufCMessage *msg);
 void srv_fail(srv_call *c, grpc_status_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+// A unary answer made now (loop) and sent later from any thread, once
+// (srv_reply_send): for an answer that waits for another thread's work (the
+// group commit's sync), without a trip back through the loop. The call is
+// answered for the handler from here on. NULL when it is over already, or
+// out of memory (the call is failed then).
+typedef struct srv_later srv_later;
+srv_later *srv_reply_prepare(srv_call *c, const ProtobufCMessage *msg);
+void srv_reply_send(srv_later *l);
+
 // Streaming: one message in flight at a time; sent(c, ok) runs when the
 // core took it (ok = 0: the client is gone). srv_finish ends the stream
 // (after the message in flight, if any).
