@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "compute/scaling.h"
@@ -209,16 +211,45 @@ static char *fd_path(int fd) {
   return strdup(buf);
 }
 
+// An absolute path without ".", ".." or empty components and no "/" at the
+// end: one that is its own canonical form unless a symlink is on the way.
+static int path_plain(const char *p) {
+  for (const char *c = p; *c == '/';) {
+    const char *end = strchrnul(c + 1, '/');
+    size_t n = (size_t)(end - c - 1);
+    if (n == 0 || (n == 1 && c[1] == '.') || (n == 2 && c[1] == '.' && c[2] == '.')) return 0;
+    c = end;
+  }
+  return 1;
+}
+
+// Opens path with O_PATH (nothing is read, a FIFO does not block, no
+// permission is needed beyond the directories' search bits) and gives its
+// canonical form in *r (NULL when it cannot be had). A plain path that
+// opens with no symlink on the way (openat2 RESOLVE_NO_SYMLINKS) is its own
+// canonical form: no readlink of /proc for the common case.
+static int open_canonical(const char *path, char **r) {
+  *r = NULL;
+  if (path_plain(path)) {
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS};
+    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+    if (fd >= 0) {
+      *r = strdup(path);
+      return fd;
+    } // a symlink on the way (ELOOP), no openat2 (ENOSYS), absent: the general way
+  }
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  if (fd >= 0 && !(*r = fd_path(fd))) *r = realpath(path, NULL);
+  return fd;
+}
+
 int val_path(const char *path, const char *field, int dir, const val_roots *roots, char **resolved, val_err *e) {
   *resolved = NULL;
   if (!*path) return bad(e, "%s: required", field);
   if (path[0] != '/') return bad(e, "%s: \"%s\" is not an absolute path", field, path);
   if (strlen(path) >= PATH_MAX) return bad(e, "%s: longer than %d bytes", field, PATH_MAX - 1);
-  // O_PATH: nothing is read, a FIFO does not block, no permission is needed
-  // beyond the directories' search bits.
-  int fd = open(path, O_PATH | O_CLOEXEC);
-  char *r = fd >= 0 ? fd_path(fd) : NULL;
-  if (fd >= 0 && !r) r = realpath(path, NULL);
+  char *r;
+  int fd = open_canonical(path, &r);
   int under = 0;
   for (int i = 0; r && i < roots->n && !under; i++) {
     size_t n = strlen(roots->dirs[i]);
