@@ -46,6 +46,9 @@ struct commit {
   waiter *t_head, *t_tail; // (mu) waiters that run on the thread
   int stop;              // (mu)
   int running;           // loop: the thread exists
+  uv_check_t kick_after;    // loop: wake the thread after the loop's I/O callbacks
+  uv_prepare_t kick_before; // and before it blocks
+  int unkicked;             // loop: writes queued since the thread was woken
   uint64_t synced;       // loop: writes known durable
   waiter *head, *tail;   // loop
 };
@@ -175,6 +178,10 @@ static void on_closed_free(uv_handle_t *h) {
   commit_free(b->data);
 }
 
+static void kick(commit *c);
+static void kick_after(uv_check_t *h) { kick(h->data); }
+static void kick_before(uv_prepare_t *h) { kick(h->data); }
+
 int commit_start(commit **out, uv_loop_t *loop, store *st) {
   commit *c = calloc(1, sizeof *c);
   if (!c) return -1;
@@ -189,6 +196,13 @@ int commit_start(commit **out, uv_loop_t *loop, store *st) {
     mbox_close(&c->mb, on_closed_free);
     return -1;
   }
+  uv_check_init(loop, &c->kick_after);
+  uv_prepare_init(loop, &c->kick_before);
+  c->kick_after.data = c->kick_before.data = c;
+  uv_check_start(&c->kick_after, kick_after);
+  uv_prepare_start(&c->kick_before, kick_before);
+  uv_unref((uv_handle_t *)&c->kick_after); // they keep no loop alive
+  uv_unref((uv_handle_t *)&c->kick_before);
   c->running = 1;
   *out = c;
   return 0;
@@ -209,6 +223,17 @@ static void enqueue(commit *c, op *o) {
   else c->q_head = o;
   c->q_tail = o;
   c->queued++;
+  uv_mutex_unlock(&c->mu);
+  c->unkicked = 1;
+}
+
+// After each loop iteration's I/O callbacks (the calls that arrived), and
+// before the loop blocks (what timers and the rest queued): one round for
+// everything they queued, not a round (and a sync) for each.
+static void kick(commit *c) {
+  if (!c->unkicked) return;
+  c->unkicked = 0;
+  uv_mutex_lock(&c->mu);
   uv_cond_signal(&c->cond);
   uv_mutex_unlock(&c->mu);
 }
@@ -288,6 +313,8 @@ void commit_stop(commit *c) {
   uv_mutex_lock(&c->mu);
   c->stop = 1;
   uv_cond_signal(&c->cond);
+  uv_close((uv_handle_t *)&c->kick_after, NULL);
+  uv_close((uv_handle_t *)&c->kick_before, NULL);
   uv_mutex_unlock(&c->mu);
   uv_thread_join(&c->thread); // it writes and syncs what is queued first
   c->running = 0;

@@ -1,8 +1,9 @@
 // Group commit (DESIGN §5): the loop never touches the disk for the job
-// table. It queues each job record, deletion and event here, and this
-// module's thread writes everything queued meanwhile to RocksDB's write-ahead
-// log as one batch (store_ops_write) and syncs it once (store_sync): one
-// synced write for every request
+// table. It queues each job record, deletion and event here; once per loop
+// iteration (after its I/O callbacks, and before it blocks) the thread is
+// woken and writes everything queued meanwhile to RocksDB's write-ahead log
+// as one batch (store_ops_write) and syncs it once (store_sync): one synced
+// write for all the requests one iteration took up, and for every request
 // that arrived while the last one was on the disk. What must not happen
 // before a write is durable waits for it here and then runs on the loop:
 // answering a client that its submission or cancellation is stored, waking

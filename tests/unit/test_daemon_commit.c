@@ -4,7 +4,8 @@
 // in the order the waiters came; the loop's waiters on the loop, the
 // thread's (commit_when_durable_any, which answers clients) on the commit
 // thread the moment the sync returns, and at once when nothing is
-// outstanding or the thread has stopped. The test waits on the waiters
+// outstanding or the thread has stopped. The thread is woken by the loop's
+// iterations (one round for all an iteration queued): the test runs it. The test waits on the waiters
 // themselves, never on time.
 #define _XOPEN_SOURCE 700
 #include <pthread.h>
@@ -45,10 +46,17 @@ static void note(void *arg) {
   pthread_mutex_unlock(&mu);
 }
 
-static void wait_ran(seen *s) {
+static int ran(seen *s) {
   pthread_mutex_lock(&mu);
-  while (!s->ran) pthread_cond_wait(&cond, &mu);
+  int r = s->ran;
   pthread_mutex_unlock(&mu);
+  return r;
+}
+
+// The loop runs until s has: the thread is woken by the loop's iterations,
+// and each round's report wakes the loop.
+static void run_until(uv_loop_t *loop, seen *s) {
+  while (!ran(s)) uv_run(loop, UV_RUN_ONCE);
 }
 
 static void put(commit *c, const char *job) {
@@ -77,8 +85,8 @@ int main(void) {
   CHECK(commit_when_durable_any(c, note, &a) == 0, "commit_when_durable_any");
   put(c, "job-b");
   CHECK(commit_when_durable_any(c, note, &b) == 0, "commit_when_durable_any");
-  wait_ran(&b);
-  wait_ran(&a);
+  run_until(&loop, &b);
+  run_until(&loop, &a);
   CHECK(a.order == 1 && b.order == 2, "thread waiters ran out of order (%d, %d)", a.order, b.order);
   CHECK(a.stored && b.stored, "a thread waiter ran before its write was stored (%d, %d)", a.stored, b.stored);
   CHECK(!a.on_main && !b.on_main, "a thread waiter ran on the loop's thread");
@@ -94,8 +102,8 @@ int main(void) {
   put(c, "job-c");
   CHECK(commit_when_durable(c, note, &l) == 0, "commit_when_durable");
   CHECK(commit_when_durable_any(c, note, &t) == 0, "commit_when_durable_any");
-  while (!l.ran) uv_run(&loop, UV_RUN_ONCE);
-  wait_ran(&t);
+  run_until(&loop, &l);
+  run_until(&loop, &t);
   CHECK(l.stored && l.on_main, "the loop waiter: stored %d, on the loop %d", l.stored, l.on_main);
   CHECK(t.stored && !t.on_main, "the thread waiter: stored %d, on the loop %d", t.stored, t.on_main);
 
