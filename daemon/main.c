@@ -63,6 +63,7 @@ static void on_server_stopped(void *arg) {
   close_handle((uv_handle_t *)&d->t_retention);
   close_handle((uv_handle_t *)&d->t_watchdog);
   close_handle((uv_handle_t *)&d->t_drain);
+  close_handle((uv_handle_t *)&d->t_notify);
   log_info("stopped");
 }
 
@@ -443,6 +444,7 @@ int main(int argc, char **argv) {
   uv_timer_init(d->loop, &d->t_retention);
   uv_timer_init(d->loop, &d->t_watchdog);
   uv_timer_init(d->loop, &d->t_drain);
+  uv_timer_init(d->loop, &d->t_notify);
   d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
   d->t_retention.data = d->t_watchdog.data = d->t_drain.data = d;
   // Signals first: a SIGTERM during startup must not kill the process midway.

@@ -89,6 +89,8 @@ typedef struct traind {
   int draining;                 // SIGTERM seen: no new jobs, stop the running one
   uv_signal_t sig_term, sig_int, sig_hup;
   uv_timer_t t_retention, t_watchdog, t_drain;
+  uv_timer_t t_notify;          // notify.c: STATUS at most every 100 ms
+  int notify_dirty;             // a change since the last STATUS
 } traind;
 
 int64_t now_ms(void);
@@ -157,6 +159,7 @@ const char *sched_running_id(traind *d);
 void retention_run(traind *d);
 
 // ---- notify.c ----
+// systemd STATUS after a change (a burst of them: one per 100 ms).
 void notify_status(traind *d);
 
 #endif
