@@ -19,4 +19,17 @@ function(traind_add_cuda_library name engine_dir host_lib)
   target_compile_options(${name} PRIVATE
     "$<$<COMPILE_LANGUAGE:CUDA>:--fmad=false;-Werror=all-warnings;-Xcompiler=-Wall,-Wextra,-Werror,-ffp-contract=off>")
   target_link_libraries(${name} PUBLIC CUDA::cudart CUDA::cublasLt ${host_lib})
+  # NCCL (dist/coll.h) where the toolkit has it: else the collectives over
+  # it are left out (backend/cuda/coll_nccl.c), and dist/coll.c says so.
+  find_library(TRAIND_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+  find_path(TRAIND_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  if(TRAIND_NCCL_LIBRARY AND TRAIND_NCCL_INCLUDE)
+    target_include_directories(${name} PUBLIC ${TRAIND_NCCL_INCLUDE})
+    target_link_libraries(${name} PUBLIC ${TRAIND_NCCL_LIBRARY})
+    target_compile_definitions(${name} PUBLIC TRAIND_HAVE_NCCL=1)
+    target_compile_definitions(${host_lib} PUBLIC TRAIND_HAVE_NCCL=1) # dist/coll.c: no stand-in
+  else()
+    message(STATUS "NCCL not found beside the CUDA toolkit: building without the NCCL collectives")
+    set_source_files_properties(${engine_dir}/backend/cuda/coll_nccl.c PROPERTIES HEADER_FILE_ONLY ON)
+  endif()
 endfunction()

@@ -1,6 +1,6 @@
 // Collectives of a distributed run (issue 19), behind one interface so that
 // the engine reduces gradients and gathers weights the same way over MPI
-// (the cpu backend, host buffers) as over NCCL (a GPU's buffers).
+// (the cpu backend) as over NCCL (the cuda backend); both take host buffers.
 //
 // Every reduction is deterministic and independent of the library's choice
 // of algorithm: the result is the sum in rank order, rank 0 first, each
@@ -53,10 +53,29 @@ struct eng_coll {
 
 // The slice of rank r: elements [*off, *off + *n) of count.
 void eng_coll_slice(size_t count, int world, int r, size_t *off, size_t *n);
+// Bytes of one element.
+size_t eng_coll_dtype_bytes(eng_coll_dtype t);
+// dst[n] = the sum of parts[world][n] over the ranks, in rank order, as the
+// reductions above promise (F32, BF16, F64): every implementation moves the
+// copies of a slice to its owner and sums them here, so the bits do not
+// depend on the library that moved them.
+void eng_coll_sum_ranks(void *dst, const void *parts, size_t n, int world, eng_coll_dtype t);
 
 // MPI (the cpu backend): initialises MPI unless the process already did
 // (threads: MPI_THREAD_SERIALIZED: one thread at a time calls c), over
 // MPI_COMM_WORLD. ENG_ENOTSUP in a build without MPI.
 int eng_coll_mpi_open(eng_coll **out, eng_err *e);
+
+// NCCL (the cuda backend: one process per GPU, within a host or across
+// hosts). The buffers are the host buffers the engine reduces, as over MPI:
+// each operation copies its buffer to the GPU, moves the slices between the
+// GPUs there (NVLink, PCIe, or NCCL's network transports), copies the
+// result back, and sums in rank order on the host (eng_coll_sum_ranks).
+// Rank 0 makes the id (ENG_COLL_NCCL_ID_BYTES) and every rank opens with
+// it, handed out by the TCP rendezvous (dist/rendezvous.h). ENG_ENOTSUP in
+// a build without CUDA and NCCL.
+enum { ENG_COLL_NCCL_ID_BYTES = 128 };
+int eng_coll_nccl_id(void *id, eng_err *e);
+int eng_coll_nccl_open(eng_coll **out, int rank, int world, int device, const void *id, eng_err *e);
 
 #endif

@@ -5,6 +5,7 @@
 // slices (MPI_Allgatherv).
 #include "dist/coll.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
@@ -12,7 +13,6 @@
 #ifdef TRAIND_HAVE_MPI
 #include <mpi.h>
 
-#include "common/bf16.h"
 
 typedef struct mpi_coll {
   eng_coll c;
@@ -22,9 +22,6 @@ typedef struct mpi_coll {
   int we_init;                              // this module called MPI_Init
 } mpi_coll;
 
-static size_t dsize(eng_coll_dtype t) {
-  return t == ENG_COLL_F64 ? 8 : t == ENG_COLL_F32 ? 4 : t == ENG_COLL_BF16 ? 2 : 1;
-}
 static MPI_Datatype dtype(eng_coll_dtype t) {
   return t == ENG_COLL_F64 ? MPI_DOUBLE : t == ENG_COLL_F32 ? MPI_FLOAT : t == ENG_COLL_BF16 ? MPI_UINT16_T : MPI_BYTE;
 }
@@ -50,7 +47,7 @@ static int exchange(mpi_coll *m, const void *buf, size_t count, eng_coll_dtype t
   size_t off, n;
   eng_coll_slice(count, W, m->c.rank, &off, &n);
   *mine = n;
-  size_t need = (size_t)W * (n ? n : 1) * dsize(t);
+  size_t need = (size_t)W * (n ? n : 1) * eng_coll_dtype_bytes(t);
   if (need > m->scratch_bytes) {
     void *s = realloc(m->scratch, need);
     if (!s) return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes for a reduction", need);
@@ -74,31 +71,7 @@ static int exchange(mpi_coll *m, const void *buf, size_t count, eng_coll_dtype t
 static void sum_slice(mpi_coll *m, void *buf, size_t count, eng_coll_dtype t, size_t n) {
   size_t off, k;
   eng_coll_slice(count, m->c.world, m->c.rank, &off, &k);
-  if (t == ENG_COLL_F32) {
-    const float *s = m->scratch;
-    float *d = (float *)buf + off;
-    for (size_t i = 0; i < n; i++) {
-      float acc = s[i];
-      for (int r = 1; r < m->c.world; r++) acc += s[(size_t)r * n + i];
-      d[i] = acc;
-    }
-  } else if (t == ENG_COLL_F64) {
-    const double *s = m->scratch;
-    double *d = (double *)buf + off;
-    for (size_t i = 0; i < n; i++) {
-      double acc = s[i];
-      for (int r = 1; r < m->c.world; r++) acc += s[(size_t)r * n + i];
-      d[i] = acc;
-    }
-  } else {
-    const uint16_t *s = m->scratch;
-    uint16_t *d = (uint16_t *)buf + off;
-    for (size_t i = 0; i < n; i++) {
-      float acc = eng_bf16_to_f32(s[i]);
-      for (int r = 1; r < m->c.world; r++) acc += eng_bf16_to_f32(s[(size_t)r * n + i]);
-      d[i] = eng_bf16_from_f32(acc);
-    }
-  }
+  eng_coll_sum_ranks((char *)buf + off * eng_coll_dtype_bytes(t), m->scratch, n, m->c.world, t);
 }
 
 static int mpi_reduce_scatter(eng_coll *c, void *buf, size_t count, eng_coll_dtype t, eng_err *e) {

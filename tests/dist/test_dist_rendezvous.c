@@ -4,29 +4,17 @@
 // bytes; a rank with another world size is refused with the reason while
 // the rest go on; a rank with no rank 0 gives up naming the address.
 #define _GNU_SOURCE
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "port.h"
 #include "dist/rendezvous.h"
 
 enum { BLOB = 128, WORLD = 4 };
-
-// A port nobody listens on now (the kernel's pick for a socket just closed).
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0,
-        "cannot find a free port");
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 static void fill(unsigned char *b, int seed) {
   for (int i = 0; i < BLOB; i++) b[i] = (unsigned char)(seed * 31 + i * 7);
