@@ -520,6 +520,16 @@ int main(int argc, char **argv) {
               eng_dist_launcher_name(dist.launcher), e.msg);
       return 1;
     }
+    // A process the launcher's variables call one of several, alone in MPI's
+    // world (torchrun-style variables, no mpirun): it would train alone.
+    if (coll->world != dist.world || coll->rank != dist.rank) {
+      fprintf(stderr,
+              "traind-train: %s says rank %d of %d, but MPI sees rank %d of %d: on the cpu the ranks are "
+              "MPI's; start them with mpirun or srun (torchrun-style launches need NCCL, for the cuda backend)\n",
+              eng_dist_launcher_name(dist.launcher), dist.rank, dist.world, coll->rank, coll->world);
+      coll->ops->close(coll);
+      return 1;
+    }
     s.coll = coll;
     if (coll->rank > 0) { // the ranks hold the same state: one speaks and writes
       o.quiet = 1;

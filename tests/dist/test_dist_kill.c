@@ -6,7 +6,9 @@
 // Then a rank that fails on its own (its save directory holds a checkpoint
 // of another model, which it refuses on --resume) while rank 0 goes on into
 // the step's collectives: it must end every rank (MPI_Abort), naming
-// itself, not leave rank 0 waiting for it forever.
+// itself, not leave rank 0 waiting for it forever. Last, a process with
+// torchrun-style variables but no mpirun (MPI's world is itself alone) is
+// refused rather than training alone as if it were one rank of two.
 // Waits are on events (a checkpoint's manifest, mpirun's exit); the only
 // clock is a guard that fails the test instead of letting it hang.
 #define _GNU_SOURCE
@@ -247,6 +249,15 @@ int main(void) {
   }
   printf("rank 1 refusing its checkpoint alone: every rank gone, mpirun exited %d in %.2f s: %.*s\n", rc, took,
          (int)strcspn(strstr(out, "traind-train: rank 1"), "\n"), strstr(out, "traind-train: rank 1"));
+  // torchrun-style variables without mpirun: MPI's world is this process
+  // alone, which must not train as if it were a rank of two.
+  snprintf(cmd0, sizeof cmd0, "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 OMP_NUM_THREADS=1 %s "
+           "--preset tiny --data %s --seq 64 --batch 4 --steps 1 > %s 2>&1", train_bin, data, log3);
+  rc = system(cmd0);
+  slurp(log3, out, sizeof out);
+  CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && strstr(out, "torchrun says rank 1 of 2, but MPI sees rank 0 of 1"),
+        "torchrun variables without mpirun (exit %d):\n%s", rc, out);
+  printf("torchrun variables without mpirun: refused: %.*s\n", (int)strcspn(out, "\n"), out);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0, "cannot remove %s", dir);
