@@ -61,7 +61,16 @@ static void floods(void) {
   // HEADERS + RST_STREAM pairs: the connection is closed by the daemon.
   flood r = run_flood("reset", 100000);
   CHECK(r.ended, "the rapid-reset connection was not closed after %ld pairs", r.sent);
-  CHECK(td_log_count(&t, "HTTP/2 rapid reset") == 1, "no rapid-reset line in the log");
+  int cut = td_log_count(&t, "HTTP/2 rapid reset");
+#ifndef __SANITIZE_ADDRESS__
+  CHECK(cut == 1, "no rapid-reset line in the log");
+#else
+  // The calls reach the counter at the completion-queue thread's pace, tens
+  // of times slower here, while the core keeps parsing the flood; the
+  // core's memory quota may close the connection first (GOAWAY).
+  CHECK(cut <= 1, "%d rapid-reset lines for one connection", cut);
+  printf("reset: closed by %s\n", cut ? "the rapid-reset counter" : "the core (its memory quota)");
+#endif
   serves("a rapid-reset flood");
   // Streams opened and kept: no more than max_streams (100) are let open.
   r = run_flood("streams", 3000);

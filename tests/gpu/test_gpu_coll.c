@@ -18,7 +18,7 @@
 #include "common/bf16.h"
 #include "dist/coll.h"
 #include "dist/rendezvous.h"
-#include "kernels/cuda/kernels_cuda.h"
+#include "backend/cuda.h"
 
 enum { WORLD = 2, COUNT = 100003 }; // odd: the last slice is shorter
 
@@ -46,7 +46,7 @@ static void *expected_sum(eng_coll_dtype t) {
 
 static int rank_main(int rank, int port) {
   eng_err e = {0};
-  int gpus = eng_cuda_device_count(&e);
+  int gpus = eng_dev_cuda_count(&e);
   if (gpus < WORLD) {
     fprintf(stderr, "test_gpu_coll: SKIP: %d GPUs needed, this machine has %d%s%s\n", WORLD, gpus < 0 ? 0 : gpus,
             gpus < 0 ? ": " : "", gpus < 0 ? e.msg : "");
