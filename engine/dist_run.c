@@ -3,16 +3,15 @@
 // share, rows [rank·B/W, (rank+1)·B/W), as micro-batches M/W of the global
 // split. The loss is averaged over the global batch's tokens (the executor
 // is told their count), so the ranks' gradients sum to the whole batch's.
-// Each shard's gradient is summed over the ranks in rank order (dist/coll.h)
-// on a thread of its own as soon as the backward has it whole, and the norm
-// taken over the sums as a single process takes it (a bf16 store: each
-// rank's share is rounded to bf16 before the sum, which is rounded once
-// more, so the bits are not one process's). The optimizer state is sharded
-// (ZeRO-1): each rank holds the moments of one part of whole blocks of
-// every tensor (eng_adamw8_part, model.h opt_off), updates the weights
-// there, and each shard's parts are gathered right after its update, so the
-// next forward waits for the shard it reads, not for every gather; blocks
-// are independent, so the parts' updates are the whole tensor's bits. The fp32 weights stay
+// After the backward every shard's gradient is summed over the ranks in rank
+// order (dist/coll.h) and the norm taken over the sum as a single process
+// takes it (a bf16 store: each rank's share is rounded to bf16 before the
+// sum, which is rounded once more, so the bits are not one process's). The
+// optimizer state is sharded (ZeRO-1): each rank holds the moments of one
+// part of whole blocks of every tensor (eng_adamw8_part, model.h opt_off),
+// updates the weights there, and the parts are gathered so that every rank
+// has the whole updated model for the next forward; blocks are independent,
+// so the parts' updates are the whole tensor's bits. The fp32 weights stay
 // whole on every rank: the cpu computes with them. Checkpoints hold whole
 // tensors' state (gathered for rank 0 to write, cut again on load), so any
 // world size resumes any other's.
@@ -81,19 +80,7 @@ struct eng_run_comm {
   comm_job *jobs; // one per shard
   int rc;         // the first failure, and its message (read after a drain)
   eng_err e;
-  size_t *off, *n; // a tensor's parts, per rank (the gathers)
-  int gather_rc;   // the first failure of a gather (read after a quiesce)
-  eng_err gather_e;
 };
-
-static int shard_gather(eng_run *r, int s, size_t *off, size_t *n, eng_err *e);
-
-// After shard s's update: the ranks' parts of it, gathered (see
-// eng_exec_update_hook: before the next forward reads it).
-static void updated_post(void *ctx, int shard) {
-  struct eng_run_comm *c = ctx;
-  if (!c->gather_rc) c->gather_rc = shard_gather(c->r, shard, c->off, c->n, &c->gather_e);
-}
 
 static void comm_run(void *arg) {
   comm_job *j = arg;
@@ -109,21 +96,17 @@ static void comm_post(void *ctx, int shard) {
 static int comm_open(eng_run *r, eng_err *e) {
   if (r->comm) return 0;
   const int S = r->model.lo.n_shards;
-  const int W = r->spec.coll->world;
   struct eng_run_comm *c = calloc(1, sizeof *c);
   if (c) c->jobs = calloc((size_t)S, sizeof *c->jobs);
-  if (c) c->off = malloc(2 * (size_t)W * sizeof *c->off);
-  if (!c || !c->jobs || !c->off || eng_worker_start(&c->w, (uint32_t)S + 1, "traind-comm")) {
-    if (c) free(c->jobs), free(c->off);
+  if (!c || !c->jobs || eng_worker_start(&c->w, (uint32_t)S + 1, "traind-comm")) {
+    if (c) free(c->jobs);
     free(c);
     return eng_err_set(e, ENG_ENOMEM, "data parallel: cannot start the reduction thread");
   }
-  c->n = c->off + W;
   c->r = r;
   for (int s = 0; s < S; s++) c->jobs[s] = (comm_job){c, s};
   r->comm = c;
   eng_exec_grad_hook(r->exec, comm_post, c);
-  eng_exec_update_hook(r->exec, updated_post, c);
   return 0;
 }
 
@@ -131,10 +114,8 @@ void eng_run_dist_close(eng_run *r) {
   struct eng_run_comm *c = r->comm;
   if (!c) return;
   eng_exec_grad_hook(r->exec, NULL, NULL);
-  eng_exec_update_hook(r->exec, NULL, NULL);
   eng_worker_stop(&c->w);
   free(c->jobs);
-  free(c->off);
   free(c);
   r->comm = NULL;
 }
@@ -161,9 +142,9 @@ int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, cons
   double t0 = eng_now();
   if (r->comm) eng_worker_drain(&r->comm->w);
   if (rc) return rc;
-  if (r->comm && (r->comm->rc || r->comm->gather_rc)) {
-    *e = r->comm->rc ? r->comm->e : r->comm->gather_e;
-    return r->comm->rc ? r->comm->rc : r->comm->gather_rc;
+  if (backward && r->comm->rc) {
+    *e = r->comm->e;
+    return r->comm->rc;
   }
   eng_coll *cc = r->spec.coll;
   if ((rc = cc->ops->all_reduce(cc, &res->loss_sum, 1, ENG_COLL_F64, e))) return rc;
@@ -197,16 +178,25 @@ static void parts_of(const eng_run *r, const eng_shard *sh, int i, size_t *off, 
   }
 }
 
-// Every rank's updated part of each tensor of shard s to every rank.
-static int shard_gather(eng_run *r, int s, size_t *off, size_t *n, eng_err *e) {
+int eng_run_dist_weights_gather(eng_run *r, double *t_comm, eng_err *e) {
   eng_coll *c = r->spec.coll;
-  eng_shard *sh = &r->model.shards[s];
+  if (!c || c->world == 1) return 0;
+  eng_exec_quiesce(r->exec); // the parts are updated
+  double t0 = eng_now();
+  size_t *off = malloc(2 * (size_t)c->world * sizeof *off), *n = off ? off + c->world : NULL;
+  if (!off) return eng_err_set(e, ENG_ENOMEM, "data parallel: no memory to gather the weights");
   int rc = 0;
-  for (int i = 0; !rc && i < sh->n_tensors; i++) {
-    if (sh->frozen[i]) continue;
-    parts_of(r, sh, i, off, n);
-    rc = c->ops->all_gather_parts(c, sh->w, off, n, ENG_COLL_F32, e);
+  eng_model *m = &r->model;
+  for (int s = 0; !rc && s < m->lo.n_shards; s++) {
+    eng_shard *sh = &m->shards[s];
+    for (int i = 0; !rc && i < sh->n_tensors; i++) {
+      if (sh->frozen[i]) continue;
+      parts_of(r, sh, i, off, n);
+      rc = c->ops->all_gather_parts(c, sh->w, off, n, ENG_COLL_F32, e);
+    }
   }
+  free(off);
+  *t_comm += eng_now() - t0;
   return rc;
 }
 

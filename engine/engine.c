@@ -545,7 +545,8 @@ static int step_run(eng_run *r, const int32_t *ids, const int32_t *labels, const
     }
     if (!lagged) {
       eng_exec_update u = update_of(r, lr, scale, ++r->updates);
-      eng_exec_update_launch(r->exec, &u); // under data parallelism each shard's parts are gathered after it
+      eng_exec_update_launch(r->exec, &u);
+      if ((rc = eng_run_dist_weights_gather(r, &res.t_comm, e))) return rc;
     }
     r->lag_scale = scale;
   }

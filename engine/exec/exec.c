@@ -316,11 +316,6 @@ void eng_exec_grad_hook(eng_exec *x, void (*fn)(void *ctx, int shard), void *ctx
   x->grad_ctx = ctx;
 }
 
-void eng_exec_update_hook(eng_exec *x, void (*fn)(void *ctx, int shard), void *ctx) {
-  x->updated_fn = fn;
-  x->updated_ctx = ctx;
-}
-
 // Gradient slot i & 1 for the next shard, zeroed once its last copy-out is done.
 static int gslot_begin(eng_exec *x, int i, size_t floats, double *t_wait, eng_err *e) {
   double t0 = eng_now();
@@ -375,7 +370,6 @@ static void opt_run(void *arg) {
     eng_adamw8_update(&sh->opt[i], &io, &h, ENG_ISA_AUTO, NULL, &ignored);
   }
   if (x->m->poet.layers && j->shard >= 1 && j->shard <= x->m->lo.n_layers) opt_poet(x, j->shard - 1, u);
-  if (x->updated_fn) x->updated_fn(x->updated_ctx, j->shard);
   version_bump(x, j->shard);
 }
 

@@ -160,12 +160,6 @@ void eng_exec_quiesce(eng_exec *x);
 // embedding's (shard 0), which the compute thread finishes last, before the
 // run returns. Data parallelism sums each over the ranks meanwhile. NULL: none.
 void eng_exec_grad_hook(eng_exec *x, void (*fn)(void *ctx, int shard), void *ctx);
-// fn(ctx, shard) runs where a shard's update ran (the optimizer thread, or
-// the compute thread with inline updates) right after it, before any reader
-// of the shard goes on: data parallelism gathers the ranks' updated parts
-// there, so the next forward waits for a shard's gather only, not for all
-// of them. The updates run in the order the forward reads the shards. NULL: none.
-void eng_exec_update_hook(eng_exec *x, void (*fn)(void *ctx, int shard), void *ctx);
 
 // The last run's timeline: spans on the lanes of plan.h (compute F/H/R/B,
 // copy-in of weights w and boundaries b, copy-out of gradients g and

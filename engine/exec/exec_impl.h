@@ -141,8 +141,6 @@ struct eng_exec {
   int early;            // ... and each shard updates once its gradients are out (not inline)
   void (*grad_fn)(void *ctx, int shard); // eng_exec_grad_hook's
   void *grad_ctx;
-  void (*updated_fn)(void *ctx, int shard); // eng_exec_update_hook's
-  void *updated_ctx;
   double *sumsq;        // per shard Σ g², filled by copy-out jobs (cpu) or at the end of
                         // the run from the device (cuda); the embedding's on the host
 
