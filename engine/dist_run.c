@@ -20,7 +20,6 @@
 
 #include "common/bf16.h"
 #include "common/clock.h"
-#include "common/worker.h"
 #include "dist/coll.h"
 #include "kernels/kernels.h"
 #include "optim/adamw8.h"
@@ -53,73 +52,6 @@ static size_t rank_off(const eng_run *r) {
   return (size_t)c->rank * (size_t)(r->spec.batch / c->world) * (size_t)r->spec.seq_len;
 }
 
-// Shard s's gradient summed over the ranks (the embedding's: the rows its
-// store holds).
-static int shard_reduce(eng_run *r, int s, eng_err *e) {
-  eng_model *m = &r->model;
-  eng_shard *sh = &m->shards[s];
-  size_t n = s == 0 ? eng_model_embed_grad_floats(m) : sh->g_numel;
-  eng_coll *c = r->spec.coll;
-  return c->ops->all_reduce(c, sh->g, n, sh->g_bf16 ? ENG_COLL_BF16 : ENG_COLL_F32, e);
-}
-
-// The reductions that overlap the backward: one thread sums each shard's
-// gradient over the ranks as the executor's copy-out thread reports it
-// whole (eng_exec_grad_hook), while the compute thread goes on with the
-// layers below. Every rank's backward finishes its shards in the same order
-// (head, layers top down), so the ranks' collectives match one for one; the
-// main thread calls none until this one is drained (MPI_THREAD_SERIALIZED).
-typedef struct comm_job {
-  struct eng_run_comm *comm;
-  int shard;
-} comm_job;
-
-struct eng_run_comm {
-  eng_worker w;
-  eng_run *r;
-  comm_job *jobs; // one per shard
-  int rc;         // the first failure, and its message (read after a drain)
-  eng_err e;
-};
-
-static void comm_run(void *arg) {
-  comm_job *j = arg;
-  struct eng_run_comm *c = j->comm;
-  if (!c->rc) c->rc = shard_reduce(c->r, j->shard, &c->e); // after a failure the rank ends anyway
-}
-
-static void comm_post(void *ctx, int shard) {
-  struct eng_run_comm *c = ctx;
-  eng_worker_submit(&c->w, comm_run, &c->jobs[shard]);
-}
-
-static int comm_open(eng_run *r, eng_err *e) {
-  if (r->comm) return 0;
-  const int S = r->model.lo.n_shards;
-  struct eng_run_comm *c = calloc(1, sizeof *c);
-  if (c) c->jobs = calloc((size_t)S, sizeof *c->jobs);
-  if (!c || !c->jobs || eng_worker_start(&c->w, (uint32_t)S + 1, "traind-comm")) {
-    if (c) free(c->jobs);
-    free(c);
-    return eng_err_set(e, ENG_ENOMEM, "data parallel: cannot start the reduction thread");
-  }
-  c->r = r;
-  for (int s = 0; s < S; s++) c->jobs[s] = (comm_job){c, s};
-  r->comm = c;
-  eng_exec_grad_hook(r->exec, comm_post, c);
-  return 0;
-}
-
-void eng_run_dist_close(eng_run *r) {
-  struct eng_run_comm *c = r->comm;
-  if (!c) return;
-  eng_exec_grad_hook(r->exec, NULL, NULL);
-  eng_worker_stop(&c->w);
-  free(c->jobs);
-  free(c);
-  r->comm = NULL;
-}
-
 int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, const int32_t *pos, int backward,
                      eng_exec_result *res, eng_err *e) {
   const eng_coll *c = r->spec.coll;
@@ -131,32 +63,26 @@ int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, cons
     for (int t = 0; t + 1 < T; t++) count += labels[(size_t)b * T + t + 1] >= 0;
   size_t off = rank_off(r);
   eng_exec_count_set(r->exec, count);
-  int rc = backward ? comm_open(r, e) : 0;
-  if (!rc)
-    rc = eng_exec_run(r->exec, ids + off, labels + off, pos ? pos + off : NULL, backward, NULL, r->spec.cancel, res,
-                      e);
-  // The copies and updates the run started are done first, and the shards'
-  // reductions (the time waited for them is the communication the step
-  // did not hide).
+  int rc = eng_exec_run(r->exec, ids + off, labels + off, pos ? pos + off : NULL, backward, NULL, r->spec.cancel, res,
+                        e);
+  if (rc) return rc;
+  // Collectives are called from this thread only: the copies and updates the
+  // run started are done first.
   eng_exec_quiesce(r->exec);
   double t0 = eng_now();
-  if (r->comm) eng_worker_drain(&r->comm->w);
-  if (rc) return rc;
-  if (backward && r->comm->rc) {
-    *e = r->comm->e;
-    return r->comm->rc;
-  }
   eng_coll *cc = r->spec.coll;
   if ((rc = cc->ops->all_reduce(cc, &res->loss_sum, 1, ENG_COLL_F64, e))) return rc;
-  res->count = count;
-  if (backward && (rc = shard_reduce(r, 0, e))) return rc;
   res->t_comm = eng_now() - t0;
+  res->count = count;
   if (!backward) return 0;
   eng_model *m = &r->model;
   res->grad_sumsq = 0;
   for (int s = 0; s < m->lo.n_shards; s++) {
     eng_shard *sh = &m->shards[s];
     size_t n = s == 0 ? eng_model_embed_grad_floats(m) : sh->g_numel;
+    t0 = eng_now();
+    if ((rc = cc->ops->all_reduce(cc, sh->g, n, sh->g_bf16 ? ENG_COLL_BF16 : ENG_COLL_F32, e))) return rc;
+    res->t_comm += eng_now() - t0;
     // Shard order, each shard's sum as the executor takes it (a bf16 store:
     // over the values stored, as the cuda backend does).
     res->grad_sumsq += sh->g_bf16 ? eng_bf16_sumsq(sh->g, n) : eng_k_sumsq(sh->g, n);

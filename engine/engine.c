@@ -438,7 +438,6 @@ fail:
 
 void eng_close(eng_run *r) {
   if (!r) return;
-  eng_run_dist_close(r);
   eng_exec_close(r->exec);
   eng_dev_close(r->dev);
   if (r->train) eng_data_close(r->train);

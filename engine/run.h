@@ -49,7 +49,6 @@ struct eng_run {
   int pool_cap;           // batches the buffers hold
   eng_run *ref;
   double score_model, score_exec;
-  struct eng_run_comm *comm; // data parallel: the reductions beside the backward (dist_run.c)
 };
 
 // Opens path as r's data files are opened: tokenized and rendered by r's
@@ -87,8 +86,6 @@ int eng_run_dist_world(const eng_spec *s);
 int eng_run_dist_rank(const eng_spec *s);
 int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, const int32_t *pos, int backward,
                      eng_exec_result *res, eng_err *e);
-// Stops the reduction thread the first backward started (before the executor closes).
-void eng_run_dist_close(eng_run *r);
 // After an update: every rank's updated part of each tensor to every rank
 // (the time it took added to *t_comm). Nothing without coll.
 int eng_run_dist_weights_gather(eng_run *r, double *t_comm, eng_err *e);

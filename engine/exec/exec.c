@@ -307,13 +307,7 @@ static void copy_out_run(void *arg) {
   double t0 = eng_now();
   x->ops->grad_out(x, j->slot, j->shard);
   span_add(x, ENG_SPAN_D2H, t0, eng_now(), "g", span_layer(x, j->shard));
-  if (x->grad_fn) x->grad_fn(x->grad_ctx, j->shard);
   if (x->early) eng_worker_submit(&x->optim, opt_run, round_job(x, x->rounds + 1, j->shard));
-}
-
-void eng_exec_grad_hook(eng_exec *x, void (*fn)(void *ctx, int shard), void *ctx) {
-  x->grad_fn = fn;
-  x->grad_ctx = ctx;
 }
 
 // Gradient slot i & 1 for the next shard, zeroed once its last copy-out is done.

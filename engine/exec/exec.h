@@ -155,12 +155,6 @@ void eng_exec_update_arm(eng_exec *x, const eng_exec_update *u);
 // writing the model state from outside).
 void eng_exec_quiesce(eng_exec *x);
 
-// fn(ctx, shard) runs on the copy-out thread each time a run with a backward
-// has a shard's gradient whole in its host store: every shard but the
-// embedding's (shard 0), which the compute thread finishes last, before the
-// run returns. Data parallelism sums each over the ranks meanwhile. NULL: none.
-void eng_exec_grad_hook(eng_exec *x, void (*fn)(void *ctx, int shard), void *ctx);
-
 // The last run's timeline: spans on the lanes of plan.h (compute F/H/R/B,
 // copy-in of weights w and boundaries b, copy-out of gradients g and
 // boundaries b, store writes and reads b, inline optimizer passes), in

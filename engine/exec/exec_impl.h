@@ -139,8 +139,6 @@ struct eng_exec {
   int inline_opt;       // updates run on the compute thread when first needed (cpu)
   int armed;            // an update round is armed for the run in progress
   int early;            // ... and each shard updates once its gradients are out (not inline)
-  void (*grad_fn)(void *ctx, int shard); // eng_exec_grad_hook's
-  void *grad_ctx;
   double *sumsq;        // per shard Σ g², filled by copy-out jobs (cpu) or at the end of
                         // the run from the device (cuda); the embedding's on the host
 
