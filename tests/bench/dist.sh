@@ -4,9 +4,8 @@
 # core each (W = 2), the same global batch and micro-batch split (one
 # micro-batch per rank), RUNS runs each, alternating; the medians of their
 # mean tokens/s (steps 3.. of each run) and, at W = 2, the share of the step
-# that waited for communication (its "comm" over its wall time: the
-# reductions the backward did not hide, the loss's and the embedding's, and
-# the weights' gathers; waiting for the other rank counts). On a machine with two cores the
+# spent summing over the ranks (its "comm" over its wall time; waiting for
+# the other rank counts as communication). On a machine with two cores the
 # ideal is 2x. Then the optimizer state's bytes per parameter each rank holds
 # on the bench40m model at W = 1, 2, 4 (ZeRO-1: 1/W; one step each).
 # Last line: "dist: W=2 <ratio>x tokens/s of W=1 (<t2> vs <t1>), communication <pct>% of the step"
