@@ -140,14 +140,31 @@ static int serve(const eng_dist_env *env, const void *blob, size_t n, int wait_s
   return rc;
 }
 
-// One attempt at every address of MASTER_ADDR: a connected socket, or -1.
-static int dial(const struct addrinfo *ai) {
+// One attempt at every address of MASTER_ADDR, none past the deadline (an
+// unroutable address would hold a blocking connect for minutes): a
+// connected, non-blocking socket, or -1 with errno.
+static int dial(const struct addrinfo *ai, double deadline) {
+  int err = ECONNREFUSED;
   for (; ai; ai = ai->ai_next) {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) continue;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) return fd;
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc && errno == EINPROGRESS) {
+      struct pollfd pf = {fd, POLLOUT, 0};
+      int p;
+      while ((p = poll(&pf, 1, ms_left(deadline))) < 0 && errno == EINTR) {
+      }
+      socklen_t len = sizeof err;
+      if (p == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) return fd;
+      if (p == 0) err = ETIMEDOUT;
+    } else if (rc == 0) {
+      return fd;
+    } else {
+      err = errno;
+    }
     close(fd);
   }
+  errno = err;
   return -1;
 }
 
@@ -164,7 +181,7 @@ static int ask(const eng_dist_env *env, void *blob, size_t n, int wait_s, eng_er
     int g = getaddrinfo(host, port, &hints, &ai);
     if (g) snprintf(last, sizeof last, "%s", gai_strerror(g));
     else {
-      fd = dial(ai);
+      fd = dial(ai, deadline);
       if (fd < 0) snprintf(last, sizeof last, "%s", strerror(errno));
       freeaddrinfo(ai);
     }
@@ -185,8 +202,12 @@ static int ask(const eng_dist_env *env, void *blob, size_t n, int wait_s, eng_er
                      strerror(errno));
   } else if (status != 0) {
     char why[161] = "";
-    ssize_t k = recv(fd, why, sizeof why - 1, MSG_WAITALL);
-    why[k > 0 ? k : 0] = '\0';
+    size_t k = 0; // the reason, up to rank 0's close
+    for (ssize_t got; k < sizeof why - 1; k += (size_t)got) {
+      struct pollfd pf = {fd, POLLIN, 0};
+      if (poll(&pf, 1, ms_left(deadline)) != 1 || (got = recv(fd, why + k, sizeof why - 1 - k, 0)) <= 0) break;
+    }
+    why[k] = '\0';
     rc = eng_err_set(e, ENG_EIO, "rendezvous: rank 0 at %s:%s refused rank %d: %s", host, port, env->rank, why);
   } else if (io_all(fd, blob, n, 0, deadline)) {
     rc = eng_err_set(e, ENG_EIO, "rendezvous: rank %d reading from rank 0 at %s:%s: %s", env->rank, host, port,
