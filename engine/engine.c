@@ -587,6 +587,10 @@ static int step_run(eng_run *r, const int32_t *ids, const int32_t *labels, const
     m->flops_exec += (double)(m->poet_merges - r->merges_seen) * r->flops.merge;
     r->merges_seen = m->poet_merges;
   }
+  // A peak the cpu measured while other processes held its cores is too
+  // low: no step can execute faster than the peak, so one that did sets it.
+  if (s->peak_flops <= 0 && s->device_gpu < 0 && m->t_total > 0 && m->flops_exec / m->t_total > r->peak)
+    r->peak = m->flops_exec / m->t_total;
   m->peak_flops = r->peak;
   m->mfu = r->peak > 0 ? m->flops_model / (m->t_total * r->peak) : NAN;
   m->flops_score = r->score_model;
