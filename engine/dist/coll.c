@@ -15,23 +15,23 @@ size_t eng_coll_dtype_bytes(eng_coll_dtype t) {
   return t == ENG_COLL_F64 ? 8 : t == ENG_COLL_F32 ? 4 : t == ENG_COLL_BF16 ? 2 : 1;
 }
 
+// One element type's rank-order sum, for fp32 and fp64 alike.
+#define SUM_RANKS(type)                                                                                          \
+  do {                                                                                                           \
+    const type *s = parts;                                                                                       \
+    type *d = dst;                                                                                               \
+    for (size_t i = 0; i < n; i++) {                                                                             \
+      type acc = s[i];                                                                                           \
+      for (int r = 1; r < world; r++) acc += s[(size_t)r * n + i];                                               \
+      d[i] = acc;                                                                                                \
+    }                                                                                                            \
+  } while (0)
+
 void eng_coll_sum_ranks(void *dst, const void *parts, size_t n, int world, eng_coll_dtype t) {
   if (t == ENG_COLL_F32) {
-    const float *s = parts;
-    float *d = dst;
-    for (size_t i = 0; i < n; i++) {
-      float acc = s[i];
-      for (int r = 1; r < world; r++) acc += s[(size_t)r * n + i];
-      d[i] = acc;
-    }
+    SUM_RANKS(float);
   } else if (t == ENG_COLL_F64) {
-    const double *s = parts;
-    double *d = dst;
-    for (size_t i = 0; i < n; i++) {
-      double acc = s[i];
-      for (int r = 1; r < world; r++) acc += s[(size_t)r * n + i];
-      d[i] = acc;
-    }
+    SUM_RANKS(double);
   } else {
     const uint16_t *s = parts;
     uint16_t *d = dst;
