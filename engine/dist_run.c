@@ -11,12 +11,15 @@
 // part of whole blocks of every tensor (eng_adamw8_part, model.h opt_off),
 // updates the weights there, and the parts are gathered so that every rank
 // has the whole updated model for the next forward; blocks are independent,
-// so the parts' updates are the whole tensor's bits. The fp32 weights stay
-// whole on every rank: the cpu computes with them. Checkpoints hold whole
+// so the parts' updates are the whole tensor's bits. What computes is
+// gathered: the fp32 weights, whole on every rank, or with a bf16 working
+// copy (eng_spec.work_bf16) the working copy, and then each rank holds the
+// fp32 master of its part only (model.h w_part). Checkpoints hold whole
 // tensors' state (gathered for rank 0 to write, cut again on load), so any
 // world size resumes any other's.
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/bf16.h"
 #include "common/clock.h"
@@ -90,7 +93,8 @@ int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, cons
   return 0;
 }
 
-// Parts of tensor i of shard s, in elements of the shard.
+// Parts of tensor i of shard s, in elements of the shard as it computes (its
+// layout: the working copy's, or the fp32 weights' when they are whole).
 static void parts_of(const eng_run *r, const eng_shard *sh, int i, size_t *off, size_t *n) {
   const eng_coll *c = r->spec.coll;
   eng_adamw8_opts ao = {0}; // the part's state knows the whole tensor's block
@@ -100,7 +104,7 @@ static void parts_of(const eng_run *r, const eng_shard *sh, int i, size_t *off, 
   size_t numel = sh->frozen[i] ? 0 : sh->tensors[i].numel;
   for (int k = 0; k < c->world; k++) {
     eng_adamw8_part(numel, &ao, c->world, k, &off[k], &n[k]);
-    off[k] += sh->w_off[i];
+    off[k] += sh->tensors[i].off;
   }
 }
 
@@ -118,11 +122,32 @@ int eng_run_dist_weights_gather(eng_run *r, double *t_comm, eng_err *e) {
     for (int i = 0; !rc && i < sh->n_tensors; i++) {
       if (sh->frozen[i]) continue;
       parts_of(r, sh, i, off, n);
-      rc = c->ops->all_gather_parts(c, sh->w, off, n, ENG_COLL_F32, e);
+      // What the next forward reads: the working copy where there is one.
+      rc = sh->work ? c->ops->all_gather_parts(c, sh->work, off, n, ENG_COLL_BF16, e)
+                    : c->ops->all_gather_parts(c, sh->w, off, n, ENG_COLL_F32, e);
     }
   }
   free(off);
   *t_comm += eng_now() - t0;
+  return rc;
+}
+
+int eng_run_dist_shard_get(eng_run *r, int s, float *dst, eng_err *e) {
+  const eng_shard *sh = &r->model.shards[s];
+  if (!sh->w_part) {
+    eng_model_shard_get(&r->model, s, dst);
+    return 0;
+  }
+  eng_coll *c = r->spec.coll;
+  size_t *off = malloc(2 * (size_t)c->world * sizeof *off), *n = off ? off + c->world : NULL;
+  if (!off) return eng_err_set(e, ENG_ENOMEM, "data parallel: no memory to gather the fp32 master");
+  int rc = 0;
+  for (int i = 0; !rc && i < sh->n_tensors; i++) {
+    parts_of(r, sh, i, off, n);
+    memcpy(dst + off[c->rank], sh->w + sh->w_off[i], n[c->rank] * sizeof(float));
+    rc = c->ops->all_gather_parts(c, dst, off, n, ENG_COLL_F32, e);
+  }
+  free(off);
   return rc;
 }
 

@@ -99,6 +99,10 @@ static int spec_validate(const eng_spec *s, eng_err *e) {
   } else if (s->poet_base_bf16) {
     BAD("poet_base_bf16 is method poetx's (the frozen W0 it holds in bf16)");
   }
+  if (s->work_bf16 && s->device_gpu < 0) {
+    if (s->method == ENG_METHOD_POETX) BAD("work_bf16 is not available with method poetx (its merges write W0 whole)");
+    if (s->plan) BAD("work_bf16: plans are made for the cpu backend streaming the fp32 master; use the uniform policy");
+  }
   return 0;
 #undef BAD
 }
@@ -172,7 +176,7 @@ static eng_model_opts spec_model_opts(const eng_spec *s) {
                           .opt_fp32 = s->optimizer == ENG_OPT_ADAMW,
                           .opt_min_quant = s->opt_min_quant,
                           .opt_fp32_embed_head = s->opt_fp32_embed_head,
-                          .work_bf16 = s->device_gpu >= 0,
+                          .work_bf16 = s->device_gpu >= 0 || s->work_bf16,
                           .poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0,
                           .poet_base_bf16 = s->method == ENG_METHOD_POETX && s->poet_base_bf16,
                           // Ranks sum the whole table (their rows differ), and each holds
@@ -725,6 +729,9 @@ int eng_debug_param(eng_run *r, const char *name, char which, float *dst, size_t
   }
   if (eng_layout_find(&r->model.lo, name, &shard, &t))
     return eng_err_set(e, ENG_EINVAL, "no parameter named \"%s\" in this model", name);
+  if (which != 'g' && r->model.shards[shard].w_part)
+    return eng_err_set(e, ENG_ENOTSUP, "parameter \"%s\": the fp32 master is in parts over the ranks (data "
+                       "parallel with a bf16 working copy); a checkpoint or an export holds it whole", name);
   if (t.numel != numel)
     return eng_err_set(e, ENG_EINVAL, "parameter \"%s\" has %zu values, not %zu", name, t.numel, numel);
   eng_exec_quiesce(r->exec);
@@ -828,14 +835,18 @@ static int poet_read_opt(const eng_store *st, int64_t step, eng_poet_model *pm, 
   return rc;
 }
 
-// One layer's values in fp32 when the model holds a bf16 base (a shard of
-// it is read or written whole through them), else NULL.
-static int based_scratch(const eng_run *r, float **whole, eng_err *e) {
+// The largest shard's values in fp32 where a shard is not held as fp32
+// whole (a bf16 base, a master in parts: it is read or written whole
+// through them), else NULL.
+static int whole_scratch(const eng_run *r, float **whole, eng_err *e) {
   *whole = NULL;
-  if (r->model.lo.n_layers < 1 || !r->model.shards[1].base) return 0;
-  if (!(*whole = malloc(r->model.lo.layer_numel * sizeof(float))))
-    return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes for a layer's weights",
-                       r->model.lo.layer_numel * sizeof(float));
+  size_t most = 0;
+  for (int s = 0; s < r->model.lo.n_shards; s++) {
+    const eng_shard *sh = &r->model.shards[s];
+    if ((sh->base || sh->w_part) && sh->numel > most) most = sh->numel;
+  }
+  if (most && !(*whole = malloc(most * sizeof(float))))
+    return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes for a shard's weights", most * sizeof(float));
   return 0;
 }
 
@@ -875,17 +886,19 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
   if (!rc) rc = compute_save(r, st, e);
   if (!rc) rc = eng_run_select_save(r, st, e);
   // Shard by shard, straight from the model state: host memory never doubles
-  // (a shard of a bf16 base goes through one layer's fp32, its layout's as
-  // every shard's, so a checkpoint reads the same whatever holds the base).
-  // The optimizer state goes as its regions' raw bytes (optim/adamw8.h).
+  // (a shard of a bf16 base or of a master in parts goes through one shard's
+  // fp32, its layout's as every shard's, so a checkpoint reads the same
+  // whatever holds the weights). The optimizer state goes as its regions' raw
+  // bytes (optim/adamw8.h).
   float *whole = NULL;
-  if (!rc && (rc = based_scratch(r, &whole, e))) return rc;
+  if (!rc && (rc = whole_scratch(r, &whole, e))) return rc;
   for (int s = 0; !rc && s < r->model.lo.n_shards; s++) {
     const eng_shard *sh = &r->model.shards[s];
     char name[32];
-    const float *w = sh->base ? whole : sh->w;
-    if (sh->base) eng_model_shard_get(&r->model, s, whole);
-    rc = st->ckpt_put(st->ctx, weights_name(name, s), w, sh->numel * sizeof(float), e);
+    const int via = sh->base || sh->w_part; // whole through the scratch
+    const float *w = via ? whole : sh->w;
+    if (via) rc = eng_run_dist_shard_get(r, s, whole, e);
+    if (!rc) rc = st->ckpt_put(st->ctx, weights_name(name, s), w, sh->numel * sizeof(float), e);
     for (int i = 0; !rc && i < sh->n_tensors; i++) {
       snprintf(name, sizeof name, "o.%d.%d", s, i);
       rc = eng_run_dist_state_save(r, st, sh, i, name, e);
@@ -927,12 +940,13 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
                          (long long)mt[i], (long long)want[i]);
   eng_exec_quiesce(r->exec);
   float *whole = NULL;
-  if ((rc = based_scratch(r, &whole, e))) return rc;
+  if ((rc = whole_scratch(r, &whole, e))) return rc;
   for (int s = 0; !rc && s < r->model.lo.n_shards; s++) {
     eng_shard *sh = &r->model.shards[s];
     char name[32];
-    rc = st->ckpt_get(st->ctx, step, weights_name(name, s), sh->base ? whole : sh->w, sh->numel * sizeof(float), e);
-    if (!rc && sh->base) eng_model_shard_set(&r->model, s, whole);
+    const int via = sh->base || sh->w_part; // whole through the scratch
+    rc = st->ckpt_get(st->ctx, step, weights_name(name, s), via ? whole : sh->w, sh->numel * sizeof(float), e);
+    if (!rc && via) eng_model_shard_set(&r->model, s, whole);
     for (int i = 0; !rc && i < sh->n_tensors; i++) {
       snprintf(name, sizeof name, "o.%d.%d", s, i);
       rc = eng_run_dist_state_load(r, st, step, sh, i, name, e);
@@ -1000,14 +1014,34 @@ static void copies_free(float **copies, int n) {
   free(copies);
 }
 
+// A master in parts (data parallel with a working copy): every shard
+// gathered whole into *copies, which the caller frees.
+static int gathered_shards(eng_run *r, const float **ws, float ***copies, eng_err *e) {
+  const int n = r->model.lo.n_shards;
+  if (!(*copies = calloc((size_t)n, sizeof **copies)))
+    return eng_err_set(e, ENG_ENOMEM, "cannot allocate %d shard pointers", n);
+  int rc = 0;
+  for (int s = 0; !rc && s < n; s++) {
+    size_t bytes = r->model.shards[s].numel * sizeof(float);
+    if (!((*copies)[s] = malloc(bytes ? bytes : 1)))
+      rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes to gather shard %d's weights", bytes, s);
+    if (!rc) rc = eng_run_dist_shard_get(r, s, (*copies)[s], e);
+    ws[s] = (*copies)[s];
+  }
+  return rc;
+}
+
 int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e) {
   eng_exec_quiesce(r->exec);
   const eng_layout *lo = &r->model.lo;
   const float *ws[lo->n_shards];
   float *w[lo->n_shards], **copies = NULL;
   for (int s = 0; s < lo->n_shards; s++) ws[s] = w[s] = r->model.shards[s].w;
-  int rc = r->model.poet.layers ? poet_effective_shards(lo, &r->model.poet, w, &r->model, ws, &copies, e) : 0;
-  if (!rc) rc = eng_hf_save(dir, &r->model.cfg, lo, ws, bf16, 0, r->spec.fs, r->model_dir, e);
+  int rc = 0;
+  if (r->model.shards[0].w_part) rc = gathered_shards(r, ws, &copies, e);
+  else if (r->model.poet.layers) rc = poet_effective_shards(lo, &r->model.poet, w, &r->model, ws, &copies, e);
+  if (!rc && eng_run_dist_rank(&r->spec) == 0) // the ranks hold the same model: one writes
+    rc = eng_hf_save(dir, &r->model.cfg, lo, ws, bf16, 0, r->spec.fs, r->model_dir, e);
   copies_free(copies, lo->n_shards);
   return rc;
 }
@@ -1089,6 +1123,13 @@ int eng_timeline_svg(const eng_run *r, const eng_metrics *m, char **svg, eng_err
 const eng_config *eng_run_config(const eng_run *r) { return &r->model.cfg; }
 size_t eng_param_count(const eng_run *r) { return r->model.lo.total_numel; }
 size_t eng_opt_state_bytes(const eng_run *r) { return eng_model_opt_bytes(&r->model); }
+size_t eng_master_bytes(const eng_run *r) { return eng_model_master_bytes(&r->model); }
+size_t eng_work_bytes(const eng_run *r) {
+  size_t n = 0;
+  for (int s = 0; s < r->model.lo.n_shards; s++)
+    n += r->model.shards[s].work ? r->model.shards[s].numel * sizeof(uint16_t) : 0;
+  return n;
+}
 size_t eng_train_state_bytes(const eng_run *r) {
   return eng_model_opt_bytes(&r->model) + eng_model_grad_bytes(&r->model) +
          (r->model.poet.layers ? eng_poet_model_bytes(&r->model.poet) : 0);

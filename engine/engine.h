@@ -156,6 +156,12 @@ typedef struct eng_spec {
   // copies of the weights, keeps bf16 activations and runs the updates on the
   // optimizer thread; it needs a build with CUDA (ENG_EDEVICE otherwise).
   int device_gpu;
+  // The cpu backend: compute from a bf16 working copy of the weights, as a
+  // GPU does (the fp32 master stays for the updates, which write the working
+  // copy; 2 bytes per parameter more, and half the bytes streamed). Under
+  // data parallelism each rank then holds the fp32 master of its part of
+  // every tensor only, the working copy whole. Not with POET-X or a plan.
+  int work_bf16;
 
   // Streaming policy (DESIGN §2, §3): a plan, or the uniform policy.
   size_t device_cap;      // bytes of device arena allowed; on a GPU, 0 allows all
@@ -264,7 +270,8 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e);
 int eng_load(eng_run *r, const eng_store *st, eng_err *e);
 // Writes the model as a Hugging Face directory (fp32, or bf16 when bf16 != 0).
 // A run opened from a model_dir keeps that directory's token ids and copies
-// its tokenizer and generation files (eng_hf_save's src_dir).
+// its tokenizer and generation files (eng_hf_save's src_dir). Data parallel:
+// every rank calls it (a master in parts is gathered); rank 0 writes.
 int eng_export_hf(eng_run *r, const char *dir, int bf16, eng_err *e);
 // The same from a checkpoint of st (step < 0: the newest) without opening a
 // run: config c must be the checkpoint's model; safetensors files of at most
@@ -310,6 +317,10 @@ const eng_config *eng_run_config(const eng_run *r);
 size_t eng_param_count(const eng_run *r);
 // Bytes allocated for optimizer state (all tensors' moments and block scales).
 size_t eng_opt_state_bytes(const eng_run *r);
+// Bytes allocated for the fp32 master weights (under data parallelism with a
+// working copy, this rank's parts), and for the bf16 working copy.
+size_t eng_master_bytes(const eng_run *r);
+size_t eng_work_bytes(const eng_run *r);
 // Bytes the run holds because weights train: optimizer state, the gradient
 // store and, under POET-X, its state (θ, their moments and gradients, the
 // permutations). The fp32 master weights and a GPU's working copy are not

@@ -89,6 +89,10 @@ int eng_run_dist_run(eng_run *r, const int32_t *ids, const int32_t *labels, cons
 // After an update: every rank's updated part of each tensor to every rank
 // (the time it took added to *t_comm). Nothing without coll.
 int eng_run_dist_weights_gather(eng_run *r, double *t_comm, eng_err *e);
+// Shard s's fp32 weights whole into dst (its layout's numel values): a
+// master in parts (model.h w_part) gathered from every rank's part (every
+// rank calls it), else as the model holds them.
+int eng_run_dist_shard_get(eng_run *r, int s, float *dst, eng_err *e);
 // A save: the store the run writes to (rank 0: st; the others take part in
 // the gathers and write nothing), and tensor i of shard sh's optimizer state
 // as a whole tensor's (gathered from the ranks' parts). A load: the whole

@@ -29,9 +29,10 @@ static inline void tiny_spec(eng_spec *s, int layers) {
 
 // Trains steps [from, to) of spec s into loss[from..to): resumed from
 // `load` first when given (it must resume at `from`), saved through `save`
-// after every step i + 1 that save_when(i + 1) accepts (NULL: never).
-static inline void tiny_train(const eng_spec *s, double *loss, int from, int to, const eng_store *save,
-                              int (*save_when)(int step), const eng_store *load) {
+// after every step i + 1 that save_when(i + 1) accepts (NULL: never). The
+// _open form leaves the run open for the caller to close.
+static inline eng_run *tiny_train_open(const eng_spec *s, double *loss, int from, int to, const eng_store *save,
+                                       int (*save_when)(int step), const eng_store *load) {
   eng_err e = {0};
   eng_run *r;
   CHECK_OK(eng_open(s, &r, &e), &e);
@@ -43,7 +44,12 @@ static inline void tiny_train(const eng_spec *s, double *loss, int from, int to,
     loss[i] = m.loss;
     if (save && save_when && save_when(i + 1)) CHECK_OK(eng_save(r, save, &e), &e);
   }
-  eng_close(r);
+  return r;
+}
+
+static inline void tiny_train(const eng_spec *s, double *loss, int from, int to, const eng_store *save,
+                              int (*save_when)(int step), const eng_store *load) {
+  eng_close(tiny_train_open(s, loss, from, to, save, save_when, load));
 }
 
 #endif

@@ -47,8 +47,10 @@ int eng_dev_open_cpu(eng_dev **out, size_t cap, eng_err *e);
 // per second; 0: none), so that copies take the time PCIe would
 // (common/link.h). Before the device's first copy.
 void eng_dev_cpu_links(eng_dev *d, double h2d_bps, double d2h_bps);
-// n bytes left a cpu device's arena by a copy of the caller's own (one that
-// converts as it copies), started at t0: counted, and timed on the link.
+// n bytes entered (in) or left (out) a cpu device's arena by a copy of the
+// caller's own (one that converts as it copies), started at t0: counted, and
+// timed on the link.
+void eng_dev_cpu_moved_in(eng_dev *d, size_t n, double t0);
 void eng_dev_cpu_moved_out(eng_dev *d, size_t n, double t0);
 
 // Allocates the arena for `bytes` (<= cap), or refuses with ENG_ECAP naming

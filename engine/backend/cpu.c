@@ -95,6 +95,11 @@ void eng_dev_cpu_links(eng_dev *d, double h2d_bps, double d2h_bps) {
   c->out.bps = d2h_bps > 0 ? d2h_bps : 0;
 }
 
+void eng_dev_cpu_moved_in(eng_dev *d, size_t n, double t0) {
+  atomic_fetch_add(&d->bytes_in, n);
+  eng_link_pass(&((cpu_dev *)d)->in, n, t0);
+}
+
 void eng_dev_cpu_moved_out(eng_dev *d, size_t n, double t0) {
   atomic_fetch_add(&d->bytes_out, n);
   eng_link_pass(&((cpu_dev *)d)->out, n, t0);

@@ -227,10 +227,12 @@ static void shard_ensure(eng_exec *x, int s) {
 
 // ---- copy-in -----------------------------------------------------------------
 
-// What streams of shard s: the bf16 working copy where the model keeps one
-// (a GPU), else the fp32 master.
-static const char *streamed(const eng_exec *x, int s) {
+// What streams of shard s, and its bytes per value: the bf16 working copy
+// where the model keeps one (a GPU, or the cpu's eng_spec.work_bf16), else
+// the fp32 master.
+static const char *streamed(const eng_exec *x, int s, size_t *z) {
   const eng_shard *sh = &x->m->shards[s];
+  *z = sh->work ? sizeof(uint16_t) : sizeof(float);
   return sh->work ? (const char *)sh->work : (const char *)sh->w;
 }
 
@@ -242,14 +244,15 @@ static void copy_in_run(void *arg) {
   const int head = m->lo.n_layers + 1;
   const size_t wz = x->z.weight;
   char *dst = x->wslot[j->slot];
+  size_t z, z0; // bytes per value of what streams (z0: the tied embedding's)
   if (j->shard == head) {
     const eng_layout *lo = &m->lo;
     version_wait(x, head, j->need);
     version_wait(x, 0, j->need);
-    const char *hw = streamed(x, head);
-    x->ops->weights_in(x, j->slot, dst, hw + lo->final_norm.off * wz, lo->final_norm.numel * wz);
-    const char *mat = lo->lm_head.numel ? hw + lo->lm_head.off * wz : streamed(x, 0);
-    x->ops->weights_in(x, j->slot, dst + lo->final_norm.numel * wz, mat, lo->embed.numel * wz);
+    const char *hw = streamed(x, head, &z);
+    x->ops->weights_in(x, j->slot, dst, hw + lo->final_norm.off * z, lo->final_norm.numel);
+    const char *mat = lo->lm_head.numel ? hw + lo->lm_head.off * z : streamed(x, 0, &z0);
+    x->ops->weights_in(x, j->slot, dst + lo->final_norm.numel * wz, mat, lo->embed.numel);
   } else if (m->shards[j->shard].base) {
     // A bf16 base (the cpu backend's POET-X) widens into the slot, which is
     // host memory there.
@@ -257,7 +260,7 @@ static void copy_in_run(void *arg) {
     eng_model_shard_get(m, j->shard, (float *)dst);
   } else {
     version_wait(x, j->shard, j->need);
-    x->ops->weights_in(x, j->slot, dst, streamed(x, j->shard), m->shards[j->shard].numel * wz);
+    x->ops->weights_in(x, j->slot, dst, streamed(x, j->shard, &z), m->shards[j->shard].numel);
   }
   span_add(x, ENG_SPAN_H2D, t0, eng_now(), "w", span_layer(x, j->shard));
 }
@@ -354,7 +357,7 @@ static void opt_run(void *arg) {
     eng_adamw8_hparams h = {u->lr, t->cols ? u->weight_decay : 0.0f, u->beta1, u->beta2, u->eps, u->clip_scale, u->t};
     // The tensor's elements whose state this process holds (model.h: opt_off).
     const size_t o = sh->opt_off[i];
-    eng_adamw8_io io = {.w = sh->w + sh->w_off[i] + o,
+    eng_adamw8_io io = {.w = sh->w + sh->w_off[i] + (sh->w_part ? 0 : o), // a master in parts holds just these
                         .g = sh->g_bf16 ? (const void *)((const uint16_t *)sh->g + sh->g_off[i] + o)
                                         : (const void *)((const float *)sh->g + sh->g_off[i] + o),
                         .g_type = sh->g_bf16 ? ENG_ADAMW8_BF16 : ENG_ADAMW8_F32};

@@ -135,9 +135,17 @@ static int cpu_host_alloc(eng_exec *x, void **p, size_t bytes, eng_err *e) {
   return 0;
 }
 
-static void cpu_weights_in(eng_exec *x, int slot, void *dst, const void *src, size_t bytes) {
+static void cpu_weights_in(eng_exec *x, int slot, void *dst, const void *src, size_t n) {
   (void)slot;
-  x->dev->ops->copy_in(x->dev, dst, src, bytes);
+  if (!x->m->shards[0].work) {
+    x->dev->ops->copy_in(x->dev, dst, src, n * sizeof(float));
+    return;
+  }
+  // A bf16 working copy (eng_spec.work_bf16): only bf16 crosses, widened
+  // into the slot (on the cpu, the conversion is the copy).
+  double t0 = eng_now();
+  eng_bf16_to_f32_here(dst, src, n);
+  eng_dev_cpu_moved_in(x->dev, n * sizeof(uint16_t), t0);
 }
 
 // Compute is synchronous: a released slot is free at once.
@@ -188,7 +196,9 @@ static void cpu_grad_out(eng_exec *x, int slot, int shard) {
 static int cpu_begin(eng_exec *x, const int32_t *ids, eng_err *e) {
   (void)e;
   ((cpu_state *)x->be)->poet.drot_layer = -1; // nothing carries over from a step that failed
-  eng_k_embed_fwd(x->xa, x->m->shards[0].w, ids, x->p.batch * x->p.seq_len, x->m->cfg.d_model);
+  const eng_shard *sh = &x->m->shards[0];
+  if (sh->work) eng_k_embed_fwd_bf16(x->xa, sh->work, ids, x->p.batch * x->p.seq_len, x->m->cfg.d_model);
+  else eng_k_embed_fwd(x->xa, sh->w, ids, x->p.batch * x->p.seq_len, x->m->cfg.d_model);
   atomic_fetch_add(&x->dev->bytes_in, x->bnd_bytes);
   return 0;
 }

@@ -173,9 +173,9 @@ static void keep_error(cuda_state *s, const eng_err *e) {
   if (s->err.code == ENG_OK) s->err = *e;
 }
 
-static void cuda_weights_in(eng_exec *x, int slot, void *dst, const void *src, size_t bytes) {
+static void cuda_weights_in(eng_exec *x, int slot, void *dst, const void *src, size_t n) {
   cuda_state *s = x->be;
-  eng_dev_cuda_copy_in_after(x->dev, &s->wmark[slot], dst, src, bytes);
+  eng_dev_cuda_copy_in_after(x->dev, &s->wmark[slot], dst, src, n * sizeof(eng_bf16)); // the working copy
 }
 
 static void cuda_slot_free(eng_exec *x, int slot) {

@@ -179,11 +179,12 @@ struct exec_ops {
   int (*host_alloc)(eng_exec *x, void **p, size_t bytes, eng_err *e);
   void (*host_free)(void *p);
 
-  // Streams. weights_in (copy-in worker): bytes into weight slot `slot`,
-  // after compute released it; slot_free: compute has queued its last use
-  // of the slot. grad_out (copy-out worker): gradient slot `slot`, finished
+  // Streams. weights_in (copy-in worker): n values of what streams (the
+  // working copy's bf16 where the model keeps one, else fp32) into weight
+  // slot `slot`, as the slot holds them (z.weight), after compute released
+  // it; slot_free: compute has queued its last use of the slot. grad_out (copy-out worker): gradient slot `slot`, finished
   // by grad_finish, into the host store of `shard`, and on the cpu its Σ g².
-  void (*weights_in)(eng_exec *x, int slot, void *dst, const void *src, size_t bytes);
+  void (*weights_in)(eng_exec *x, int slot, void *dst, const void *src, size_t n);
   void (*slot_free)(eng_exec *x, int slot);
   void (*grad_out)(eng_exec *x, int slot, int shard);
 

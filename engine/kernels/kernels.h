@@ -106,6 +106,8 @@ void eng_k_swiglu_bwd(float *dgu, const float *dh, const float *gu, int n, int f
 
 // x[n,d] = table[ids[i]]; bwd: dtable[ids[i]] += dx[i] (rows added in i order).
 void eng_k_embed_fwd(float *x, const float *table, const int32_t *ids, int n, int d);
+// The same from a bf16 table (a working copy), each row widened exactly.
+void eng_k_embed_fwd_bf16(float *x, const uint16_t *table, const int32_t *ids, int n, int d);
 void eng_k_embed_bwd(float *dtable, const float *dx, const int32_t *ids, int n, int d);
 // The same with the n tokens as one group: each row's sum over the group is
 // taken first (in i order, from its first term) and then added to dtable,

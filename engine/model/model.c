@@ -90,6 +90,25 @@ static void poet_opts(eng_poet_model *pm, const eng_model_opts *o) {
   pm->opt_opts = (eng_adamw8_opts){.min_quant_numel = o->opt_min_quant, .fp32_state = o->opt_fp32};
 }
 
+// The elements of tensor t of shard s whose optimizer state this process
+// holds, [*off, + *n) (all of them, unless opt_parts), and that state's
+// options.
+static void tensor_part(const eng_layout *lo, int s, const eng_tensor *t, const eng_model_opts *o, size_t *off,
+                        size_t *n, eng_adamw8_opts *ao) {
+  *ao = tensor_opt_opts(lo, s, t, o);
+  *off = 0;
+  *n = tensor_frozen(lo, s, t, o) ? 0 : t->numel;
+  if (o->opt_parts > 1) {
+    eng_adamw8_opts po = eng_adamw8_part_opts(*n, ao);
+    eng_adamw8_part(*n, ao, o->opt_parts, o->opt_part, off, n);
+    *ao = po;
+  }
+}
+
+// Whether the fp32 master holds parts (eng_shard.w_part): the working copy
+// is what computes, so no process needs the whole master.
+static int master_parted(const eng_model_opts *o) { return o->work_bf16 && o->opt_parts > 1; }
+
 static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e) {
   const eng_layout *lo = &m->lo;
   eng_shard *sh = &m->shards[s];
@@ -97,12 +116,24 @@ static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e)
   sh->g_bf16 = shard_g_bf16(s, o);
   sh->n_tensors = shard_tensors(lo, s, sh->tensors);
   sh->g_numel = shard_g_layout(lo, s, sh->tensors, sh->n_tensors, o, sh->g_off);
+  eng_adamw8_opts ao[ENG_SHARD_MAX_TENSORS];
+  size_t part_n[ENG_SHARD_MAX_TENSORS];
+  for (int i = 0; i < sh->n_tensors; i++) {
+    sh->frozen[i] = (uint8_t)tensor_frozen(lo, s, &sh->tensors[i], o);
+    tensor_part(lo, s, &sh->tensors[i], o, &sh->opt_off[i], &part_n[i], &ao[i]);
+  }
   // A bf16 base holds the frozen tensors, and w the others packed as the
-  // gradient store packs them; else w holds every tensor at its offset.
+  // gradient store packs them; a master in parts packs the parts; else w
+  // holds every tensor at its offset.
   int based = o->poet_base_bf16 && sh->g_numel < sh->numel;
+  sh->w_part = master_parted(o);
   sh->w_numel = sh->numel;
   for (int i = 0; i < sh->n_tensors; i++) sh->w_off[i] = sh->tensors[i].off;
   if (based) sh->w_numel = shard_g_layout(lo, s, sh->tensors, sh->n_tensors, o, sh->w_off);
+  if (sh->w_part) {
+    sh->w_numel = 0;
+    for (int i = 0; i < sh->n_tensors; i++) sh->w_off[i] = sh->w_numel, sh->w_numel += part_n[i];
+  }
   if (s == 0 && m->rows_cap) sh->g_numel = (size_t)m->rows_cap * (size_t)m->cfg.d_model; // by rows
   size_t pinned_align = o->work_bf16 ? 4096 : 64; // g and work cross PCIe on a GPU
   sh->w = alloc_zeroed(sh->w_numel * sizeof(float), 64);
@@ -112,16 +143,7 @@ static int shard_alloc(eng_model *m, int s, const eng_model_opts *o, eng_err *e)
   if (!sh->w || !sh->g || (o->work_bf16 && !sh->work) || (based && !sh->base))
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate shard %d (%zu values)", s, sh->numel);
   for (int i = 0; i < sh->n_tensors; i++) {
-    eng_adamw8_opts ao = tensor_opt_opts(lo, s, &sh->tensors[i], o);
-    sh->frozen[i] = (uint8_t)tensor_frozen(lo, s, &sh->tensors[i], o);
-    size_t n = sh->frozen[i] ? 0 : sh->tensors[i].numel;
-    sh->opt_off[i] = 0;
-    if (o->opt_parts > 1) {
-      eng_adamw8_opts po = eng_adamw8_part_opts(n, &ao);
-      eng_adamw8_part(n, &ao, o->opt_parts, o->opt_part, &sh->opt_off[i], &n);
-      ao = po;
-    }
-    int rc = eng_adamw8_state_init(&sh->opt[i], n, &ao, NULL, e);
+    int rc = eng_adamw8_state_init(&sh->opt[i], part_n[i], &ao[i], NULL, e);
     if (rc) return rc;
   }
   return 0;
@@ -265,11 +287,18 @@ size_t eng_model_opt_bytes(const eng_model *m) {
   return n;
 }
 
+size_t eng_model_master_bytes(const eng_model *m) {
+  size_t n = 0;
+  for (int s = 0; s < m->lo.n_shards; s++)
+    n += m->shards[s].w_numel * sizeof(float) + (m->shards[s].base ? m->shards[s].numel * sizeof(uint16_t) : 0);
+  return n;
+}
+
 void eng_model_work_refresh(eng_model *m) {
   for (int s = 0; s < m->lo.n_shards; s++) {
     eng_shard *sh = &m->shards[s];
     // The optimizer writes the working copy with the same rounding (nearest even).
-    if (sh->work) eng_bf16_from_f32_n(sh->work, sh->w, sh->numel, ENG_ISA_AUTO);
+    if (sh->work && !sh->w_part) eng_bf16_from_f32_n(sh->work, sh->w, sh->numel, ENG_ISA_AUTO);
   }
 }
 
@@ -283,7 +312,7 @@ static int tensor_index(const eng_shard *sh, const eng_tensor *t) {
 float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t) {
   eng_shard *sh = &m->shards[s];
   size_t off = sh->w_off[tensor_index(sh, t)];
-  return off == SIZE_MAX ? NULL : sh->w + off;
+  return off == SIZE_MAX || sh->w_part ? NULL : sh->w + off;
 }
 
 void eng_model_tensor_get(const eng_model *m, int s, const eng_tensor *t, float *dst) {
@@ -295,9 +324,16 @@ void eng_model_tensor_get(const eng_model *m, int s, const eng_tensor *t, float 
 
 void eng_model_tensor_set(eng_model *m, int s, const eng_tensor *t, const float *src) {
   eng_shard *sh = &m->shards[s];
-  size_t off = sh->w_off[tensor_index(sh, t)];
-  if (off == SIZE_MAX) eng_bf16_from_f32_n(sh->base + t->off, src, t->numel, ENG_ISA_AUTO);
-  else memcpy(sh->w + off, src, t->numel * sizeof(float));
+  const int i = tensor_index(sh, t);
+  size_t off = sh->w_off[i];
+  if (sh->w_part) { // this process's part of the master; the working copy whole
+    memcpy(sh->w + off, src + sh->opt_off[i], sh->opt[i].numel * sizeof(float));
+    eng_bf16_from_f32_n(sh->work + t->off, src, t->numel, ENG_ISA_AUTO);
+  } else if (off == SIZE_MAX) {
+    eng_bf16_from_f32_n(sh->base + t->off, src, t->numel, ENG_ISA_AUTO);
+  } else {
+    memcpy(sh->w + off, src, t->numel * sizeof(float));
+  }
 }
 
 void eng_model_shard_get(const eng_model *m, int s, float *dst) {
@@ -339,13 +375,13 @@ typedef struct init_ctx {
   eng_model *m;
   uint64_t seed;
   uint64_t index;
-  float *scratch; // the largest tensor's values, under a bf16 base
+  float *scratch; // the largest tensor's values, under a bf16 base or a master in parts
 } init_ctx;
 
 static int init_tensor(void *ctx, int shard, const eng_tensor *t) {
   init_ctx *ic = ctx;
   float *p = eng_model_tensor(ic->m, shard, t);
-  if (!p) p = ic->scratch; // a tensor of the bf16 base: drawn in fp32, then rounded
+  if (!p) p = ic->scratch; // a tensor of the bf16 base (drawn in fp32, then rounded) or in parts
   eng_rng r;
   eng_rng_seed(&r, ic->seed, ++ic->index);
   if (t->cols) {
@@ -375,7 +411,7 @@ int eng_model_init_random(eng_model *m, uint64_t seed, eng_err *e) {
   init_ctx ic = {m, seed, 0, NULL};
   size_t most = 0;
   for (int s = 0; s < m->lo.n_shards; s++)
-    for (int i = 0; m->shards[s].base && i < m->shards[s].n_tensors; i++)
+    for (int i = 0; (m->shards[s].base || m->shards[s].w_part) && i < m->shards[s].n_tensors; i++)
       if (m->shards[s].tensors[i].numel > most) most = m->shards[s].tensors[i].numel;
   if (most && !(ic.scratch = malloc(most * sizeof(float))))
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes to initialise the model", most * sizeof(float));
@@ -394,24 +430,23 @@ int eng_model_state_parts(const eng_config *c, const eng_model_opts *o, eng_mode
     int nt = shard_tensors(&lo, s, ts);
     size_t g_numel = shard_g_layout(&lo, s, ts, nt, o, g_off);
     int based = o->poet_base_bf16 && g_numel < numel; // then w packs as g does
-    b->master += based ? g_numel * sizeof(float) + numel * sizeof(uint16_t) : numel * sizeof(float);
+    size_t parts = 0; // a master in parts: this process's parts
+    for (int i = 0; i < nt; i++) {
+      eng_adamw8_opts ao;
+      size_t off, n;
+      tensor_part(&lo, s, &ts[i], o, &off, &n, &ao);
+      b->opt += eng_adamw8_state_bytes(n, &ao); // none for a frozen tensor (n = 0)
+      parts += n;
+    }
+    b->master += master_parted(o) ? parts * sizeof(float)
+                 : based           ? g_numel * sizeof(float) + numel * sizeof(uint16_t)
+                                   : numel * sizeof(float);
     b->work += o->work_bf16 ? numel * sizeof(uint16_t) : 0;
     const int rows = s == 0 ? embed_rows(&lo, c, o) : 0;
     if (rows) // the rows, and the maps between rows and tokens
       b->grad += (size_t)rows * (size_t)c->d_model * sizeof(float) + ((size_t)c->vocab + rows) * sizeof(int32_t);
     else
       b->grad += g_numel * (shard_g_bf16(s, o) ? 2 : 4);
-    for (int i = 0; i < nt; i++) {
-      eng_adamw8_opts ao = tensor_opt_opts(&lo, s, &ts[i], o);
-      if (tensor_frozen(&lo, s, &ts[i], o)) continue;
-      size_t off, n = ts[i].numel;
-      if (o->opt_parts > 1) { // this rank's part
-        eng_adamw8_opts po = eng_adamw8_part_opts(n, &ao);
-        eng_adamw8_part(n, &ao, o->opt_parts, o->opt_part, &off, &n);
-        ao = po;
-      }
-      b->opt += eng_adamw8_state_bytes(n, &ao);
-    }
   }
   if (o->poet_block) {
     eng_poet_model pm;

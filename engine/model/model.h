@@ -18,7 +18,10 @@ typedef struct eng_shard {
   size_t numel;
   float *w;        // fp32 master weights: w_numel values, tensor i's at w_off[i] (its layout
                    // offset, unless a bf16 base holds the frozen tensors: then the others'
-                   // are packed and the frozen are in base, SIZE_MAX)
+                   // are packed and the frozen are in base, SIZE_MAX; or unless w_part)
+  int w_part;      // 1: w holds only the elements of each tensor whose optimizer state this
+                   // process holds ([opt_off[i], + opt[i].numel), packed at w_off[i]); the
+                   // whole model is the working copy's (eng_model_opts.work_bf16 with opt_parts)
   size_t w_numel;
   size_t w_off[ENG_SHARD_MAX_TENSORS];
   uint16_t *base;  // POET-X with a bf16 base (eng_model_opts.poet_base_bf16): numel bf16
@@ -28,8 +31,8 @@ typedef struct eng_shard {
                    // others' are packed and the frozen have none, SIZE_MAX)
   size_t g_numel;
   size_t g_off[ENG_P_LAYER_COUNT];
-  uint16_t *work;  // bf16 working copy that streams to a GPU (eng_model_opts.work_bf16),
-                   // written by each update; NULL on the cpu, which streams w
+  uint16_t *work;  // bf16 working copy that streams (eng_model_opts.work_bf16), written by
+                   // each update; NULL: w streams
   int g_bf16;      // 1: g holds bf16 bits (uint16_t), 0: fp32
   int n_tensors;   // tensors of the shard (embedding; layer params; final norm, lm_head)
   eng_tensor tensors[ENG_SHARD_MAX_TENSORS];
@@ -45,14 +48,16 @@ typedef struct eng_model_opts {
   int opt_fp32;           // fp32 moments for every tensor (exact torch AdamW)
   size_t opt_min_quant;   // 8-bit moments from this many elements (0: ENG_ADAMW8_MIN_QUANT)
   int opt_fp32_embed_head; // fp32 moments for the embedding and lm_head
-  int work_bf16;          // keep a bf16 working copy of every shard (the cuda backend)
+  int work_bf16;          // keep a bf16 working copy of every shard, which is what computes (the
+                          // cuda backend; the cpu's eng_spec.work_bf16)
   int poet_block;         // POET-X with this block size (poet/state.h); 0: every tensor trains
   int poet_base_bf16;     // POET-X: its frozen tensors held in bf16 (half the bytes; a merge
                           // rounds the new W0), not in the fp32 master; cpu backend only
   int embed_rows;         // the most tokens a step has: an untied embedding's gradient store holds
                           // that many rows (a step touches no more), not the vocabulary's; 0: all
   int opt_parts, opt_part; // data parallel (ZeRO-1): each tensor's optimizer state only for part
-                          // opt_part of opt_parts (eng_adamw8_part); 0 parts: the whole
+                          // opt_part of opt_parts (eng_adamw8_part); 0 parts: the whole. With a
+                          // working copy the fp32 master is held for that part only (w_part)
 } eng_model_opts;
 
 typedef struct eng_model {
@@ -80,6 +85,8 @@ void eng_model_free(eng_model *m);
 // tokens).
 size_t eng_model_opt_bytes(const eng_model *m);
 size_t eng_model_grad_bytes(const eng_model *m);
+// Bytes allocated for the fp32 master weights (and a bf16 base).
+size_t eng_model_master_bytes(const eng_model *m);
 
 // Gradient of shard s's tensor t as fp32 into dst (converting a bf16 store,
 // spreading the embedding's rows).
@@ -105,14 +112,18 @@ size_t eng_model_embed_grad_floats(const eng_model *m);
 int eng_model_init_random(eng_model *m, uint64_t seed, eng_err *e);
 
 // Rewrites every working copy from the fp32 master (after init or a load;
-// updates keep it current themselves). Nothing to do without working copies.
+// updates keep it current themselves). Nothing to do without working copies,
+// nor where the master is in parts (w_part: eng_model_tensor_set and
+// eng_model_shard_set write the working copy themselves).
 void eng_model_work_refresh(eng_model *m);
 
 // Pointer to tensor t of shard s inside the fp32 master weights; NULL for a
-// tensor of a bf16 base.
+// tensor of a bf16 base, or of a master in parts.
 float *eng_model_tensor(eng_model *m, int s, const eng_tensor *t);
 // Tensor t of shard s as fp32 values, wherever it is held (a bf16 base's
-// exactly widened; set rounds to nearest even there).
+// exactly widened; set rounds to nearest even there). Under w_part no process
+// holds the whole master: get is not for it (dist_run.c gathers the parts),
+// set keeps the part and writes the whole working copy.
 void eng_model_tensor_get(const eng_model *m, int s, const eng_tensor *t, float *dst);
 void eng_model_tensor_set(eng_model *m, int s, const eng_tensor *t, const float *src);
 // Shard s whole in its layout's fp32 (numel values, each tensor at its

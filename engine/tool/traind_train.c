@@ -55,6 +55,10 @@ static void usage(FILE *f) {
           "  --lr X --min-lr X --warmup N --wd X --clip X --seed N\n"
           "  --optim NAME        adamw8 (default: 8-bit block-wise moments) or adamw (fp32)\n"
           "  --grad-fp32         keep the host gradient store in fp32 (default bf16)\n"
+          "  --work-bf16         compute from a bf16 working copy of the weights, as a GPU\n"
+          "                      does (cpu backend; the fp32 master stays for the updates):\n"
+          "                      under data parallel each rank then keeps the fp32 master\n"
+          "                      of its part only\n"
           "  --clip-lagged       clip with the previous step's factor (updates may start\n"
           "                      during the backward; changes the semantics of clipping)\n"
           "  --opt-thread        run updates on their own thread beside compute\n"
@@ -141,7 +145,8 @@ static void usage(FILE *f) {
           "variables; MPI carries the sums). Each of the N ranks computes batch/N of every\n"
           "batch (--batch and --micro divide by N; the cpu backend), the gradients are summed\n"
           "over the ranks in rank order, and each rank holds the optimizer state of its part\n"
-          "of every tensor (ZeRO-1). Rank 0 alone prints, writes checkpoints and exports.\n"
+          "of every tensor (ZeRO-1), with --work-bf16 the fp32 master of it too. Rank 0\n"
+          "alone prints, writes checkpoints and exports.\n"
           "With one micro-batch per rank and --grad-fp32 the losses are bit-identical to one\n"
           "process's.\n"
           "\n"
@@ -319,7 +324,7 @@ int main(int argc, char **argv) {
   enum { O_MODEL = 256, O_PRESET, O_ARCH, O_VOCAB, O_D, O_LAYERS, O_HEADS, O_KV, O_HD, O_FFN, O_TIE,
          O_DATA, O_EVAL, O_EVAL_EVERY, O_SEQ, O_BATCH, O_MICRO, O_STEPS, O_LR, O_MINLR, O_WARMUP,
          O_WD, O_CLIP, O_SEED, O_CAP, O_CKPT, O_CKPT_HOST, O_SAVE, O_SAVE_EVERY, O_RESUME,
-         O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_LAGGED, O_OPT_THREAD, O_GPU, O_PLAN, O_CALIBRATE, O_TIMELINE,
+         O_EXPORT, O_QUIET, O_KEEP, O_OPTIM, O_GRAD32, O_WORK16, O_LAGGED, O_OPT_THREAD, O_GPU, O_PLAN, O_CALIBRATE, O_TIMELINE,
          O_METHOD, O_POET_BLOCK, O_POET_MERGE, O_POET_LR, O_POET_MEMORY, O_POET_BASE, O_MAX_TOKENS, O_MAX_FLOPS,
          O_MAX_WALL, O_GAIN_TAU, O_GAIN_PATIENCE, O_GAIN_WINDOW, O_GL_ALPHA, O_PEAK, O_SELECT, O_SELECT_POOL,
          O_SELECT_ADAPTIVE, O_SELECT_REF, O_SELECT_BAND, O_SCORE, O_EVAL_BATCHES, O_FORMAT, O_TOKENIZER, O_CHAT,
@@ -336,7 +341,7 @@ int main(int argc, char **argv) {
       {"ckpt-every", 1, 0, O_CKPT}, {"ckpt-host", 0, 0, O_CKPT_HOST}, {"save-dir", 1, 0, O_SAVE},
       {"save-every", 1, 0, O_SAVE_EVERY}, {"resume", 0, 0, O_RESUME}, {"export", 1, 0, O_EXPORT},
       {"quiet", 0, 0, O_QUIET}, {"keep-acts", 0, 0, O_KEEP}, {"optim", 1, 0, O_OPTIM},
-      {"grad-fp32", 0, 0, O_GRAD32}, {"clip-lagged", 0, 0, O_LAGGED}, {"opt-thread", 0, 0, O_OPT_THREAD},
+      {"grad-fp32", 0, 0, O_GRAD32}, {"work-bf16", 0, 0, O_WORK16}, {"clip-lagged", 0, 0, O_LAGGED}, {"opt-thread", 0, 0, O_OPT_THREAD},
       {"gpu", 1, 0, O_GPU}, {"plan", 1, 0, O_PLAN}, {"calibrate", 1, 0, O_CALIBRATE}, {"timeline", 1, 0, O_TIMELINE},
       {"method", 1, 0, O_METHOD}, {"poet-block", 1, 0, O_POET_BLOCK}, {"poet-merge", 1, 0, O_POET_MERGE},
       {"poet-lr", 1, 0, O_POET_LR}, {"poet-memory", 0, 0, O_POET_MEMORY},
@@ -440,6 +445,7 @@ int main(int argc, char **argv) {
       break;
     }
     case O_GRAD32: s.grad_dtype = ENG_GRAD_F32; break;
+    case O_WORK16: s.work_bf16 = 1; break;
     case O_LAGGED: s.clip_lagged = 1; break;
     case O_OPT_THREAD: s.opt_thread = 1; break;
     case O_GPU: s.device_gpu = atoi(optarg); break;
@@ -535,7 +541,7 @@ int main(int argc, char **argv) {
       o.quiet = 1;
       writer = 0;
       s.note = NULL; // rank 0 says it
-      export_dir = timeline_path = NULL;
+      timeline_path = NULL; // it takes part in an export (a master in parts), writes nothing
     } else if (!o.quiet) {
       printf("data parallel: %d ranks (%s), each %d of the %d sequences of a batch\n", coll->world,
              eng_dist_launcher_name(dist.launcher), s.batch / coll->world, s.batch);
@@ -562,9 +568,11 @@ int main(int argc, char **argv) {
     const char *route = "", *core = "";
     eng_cpu_gemm_route(&route, &core, &e); // eng_open has checked it
     printf("model %s: %zu parameters, %d layers, d %d, vocab %d; batch %d x %d tokens; "
-           "optimizer state %.3f bytes/parameter\n",
+           "optimizer state %.3f, fp32 master %.3f, bf16 working copy %.3f bytes/parameter\n",
            eng_arch_name(cfg->arch), eng_param_count(r), cfg->n_layers, cfg->d_model, cfg->vocab,
-           s.batch, s.seq_len, (double)eng_opt_state_bytes(r) / (double)eng_param_count(r));
+           s.batch, s.seq_len, (double)eng_opt_state_bytes(r) / (double)eng_param_count(r),
+           (double)eng_master_bytes(r) / (double)eng_param_count(r),
+           (double)eng_work_bytes(r) / (double)eng_param_count(r));
     printf("cpu products: the %s route%s%s\n", route, *core ? ", OpenBLAS core " : "", core);
   }
   if (!rc && score_path) {

@@ -6,8 +6,10 @@
 # mean tokens/s (steps 3.. of each run) and, at W = 2, the share of the step
 # spent summing over the ranks (its "comm" over its wall time; waiting for
 # the other rank counts as communication). On a machine with two cores the
-# ideal is 2x. Then the optimizer state's bytes per parameter each rank holds
-# on the bench40m model at W = 1, 2, 4 (ZeRO-1: 1/W; one step each).
+# ideal is 2x. Then the bytes per parameter each rank holds on the bench40m
+# model at W = 1, 2, 4 with a bf16 working copy (--work-bf16; one step each):
+# optimizer state and fp32 master fall as 1/W (ZeRO-1, the master in parts),
+# the working copy stays whole.
 # Last line: "dist: W=2 <ratio>x tokens/s of W=1 (<t2> vs <t1>), communication <pct>% of the step"
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,10 +42,15 @@ t1=$(for i in $(seq "$RUNS"); do tps "$out/w1.$i"; done | median)
 t2=$(for i in $(seq "$RUNS"); do tps "$out/w2.$i"; done | median)
 c2=$(for i in $(seq "$RUNS"); do comm "$out/w2.$i"; done | median)
 grep '^done' "$out/w2.1"
+bytes() { sed -n "s/.*optimizer state \([0-9.]*\), fp32 master \([0-9.]*\), bf16 working copy \([0-9.]*\) bytes.*/\\$2/p" "$1"; }
+num() { echo "scale=3; $1" | bc -l | sed 's/^\./0./'; }
 for W in 1 2 4; do
   mpirun -np "$W" --oversubscribe "$TRAIN" --preset bench40m --data data/demo/licenses.txt --seq 64 --batch 4 \
-    --micro 4 --steps 1 > "$out/m$W"
-  echo "bench40m, W=$W: $(sed -n 's/.*optimizer state \([0-9.]*\) bytes\/parameter.*/\1/p' "$out/m$W") bytes/parameter of optimizer state per rank"
+    --micro 4 --steps 1 --work-bf16 > "$out/m$W"
+  o=$(bytes "$out/m$W" 1) m=$(bytes "$out/m$W" 2) w=$(bytes "$out/m$W" 3)
+  [ "$W" = 1 ] && one=$(num "$o + $m")
+  echo "bench40m, W=$W, bytes/parameter per rank: optimizer state $o + fp32 master $m = $(num "$o + $m")" \
+    "(W=1's / W: $(num "$one / $W")); bf16 working copy $w"
 done
 printf 'dist: W=2 %.2fx tokens/s of W=1 (%.0f vs %.0f), communication %.1f%% of the step\n' \
   "$(echo "$t2 / $t1" | bc -l)" "$t2" "$t1" "$c2"

@@ -7,7 +7,10 @@
 // world size within 1e-6 relative (they differ from it only in how the first
 // 10 steps' micro-batch sums were grouped: two per rank at W = 2, one at
 // W = 4, four at W = 1). fp32 AdamW moments: 8-bit moments amplify such
-// last-bit differences (test_dist_train.c).
+// last-bit differences (test_dist_train.c). All of it twice: with the fp32
+// weights whole on every rank, and with a bf16 working copy (work_bf16),
+// where each rank holds the fp32 master of its part only, which a save
+// gathers and a load cuts again.
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +29,7 @@ enum { STEPS = 20, HALF = 10 };
 
 static void spec_of(eng_spec *s) {
   tiny_spec(s, 2);
+  s->work_bf16 = getenv("DIST_WORK") && !strcmp(getenv("DIST_WORK"), "1");
   s->micro_batches = 4;
   s->grad_dtype = ENG_GRAD_F32;
   s->optimizer = ENG_OPT_ADAMW;
@@ -37,7 +41,7 @@ static int at_half(int step) { return step == HALF; }
 static void store_open(eng_store *st) {
   eng_err e = {0};
   char dir[4200];
-  snprintf(dir, sizeof dir, "%s/ckpt", getenv("DIST_DIR"));
+  snprintf(dir, sizeof dir, "%s/ckpt%s", getenv("DIST_DIR"), getenv("DIST_WORK"));
   CHECK_OK(eng_store_dir_open(st, dir, &e), &e);
 }
 
@@ -87,17 +91,11 @@ static double worst(const double *a, const double *b) {
   return w;
 }
 
-int main(void) {
-  eng_dist_env env;
-  eng_err e = {0};
-  CHECK_OK(eng_dist_env_read(&env, (const char *(*)(const char *))getenv, &e), &e);
-  if (env.launcher != ENG_DIST_SINGLE) return rank_main();
-
-  char dir[] = "/tmp/test_dist_resume.XXXXXX";
-  CHECK(mkdtemp(dir), "mkdtemp failed");
-  setenv("DIST_DIR", dir, 1);
-  setenv("OMP_NUM_THREADS", "1", 1); // four ranks share two cores
-
+// The checks for one way of holding the weights (DIST_WORK: "1", a bf16
+// working copy; "0", the fp32 weights).
+static void resume_check(const char *work) {
+  setenv("DIST_WORK", work, 1);
+  printf("%s:\n", work[0] == '1' ? "bf16 working copy, fp32 master in parts" : "fp32 weights whole");
   eng_spec s;
   spec_of(&s);
   double ref1[STEPS], got[STEPS] = {0};
@@ -112,7 +110,7 @@ int main(void) {
   double w1 = worst(got, ref1);
   CHECK(w1 <= 1e-6, "the W=2 checkpoint resumed at W=1: steps 11..20 are %.2e relative from an uninterrupted W=1 run",
         w1);
-  printf("a W=2 checkpoint (step 10) resumed at W=1: steps 11..20 within %.2e relative of an uninterrupted W=1 run "
+  printf("  a W=2 checkpoint (step 10) resumed at W=1: steps 11..20 within %.2e relative of an uninterrupted W=1 run "
          "(loss %.6f at step 20)\n",
          w1, got[STEPS - 1]);
 
@@ -124,7 +122,21 @@ int main(void) {
   double w4 = worst(part, full);
   CHECK(w4 <= 1e-6, "the W=2 checkpoint resumed at W=4: steps 11..20 are %.2e relative from an uninterrupted W=4 run",
         w4);
-  printf("the same checkpoint resumed at W=4: within %.2e relative of an uninterrupted W=4 run\n", w4);
+  printf("  the same checkpoint resumed at W=4: within %.2e relative of an uninterrupted W=4 run\n", w4);
+}
+
+int main(void) {
+  eng_dist_env env;
+  eng_err e = {0};
+  CHECK_OK(eng_dist_env_read(&env, (const char *(*)(const char *))getenv, &e), &e);
+  if (env.launcher != ENG_DIST_SINGLE) return rank_main();
+
+  char dir[] = "/tmp/test_dist_resume.XXXXXX";
+  CHECK(mkdtemp(dir), "mkdtemp failed");
+  setenv("DIST_DIR", dir, 1);
+  setenv("OMP_NUM_THREADS", "1", 1); // four ranks share two cores
+  resume_check("0");
+  resume_check("1");
   char cmd[sizeof dir + 16];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0, "cannot remove %s", dir);

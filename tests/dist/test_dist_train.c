@@ -16,7 +16,14 @@
 //     in the next code), which is printed;
 //   - batch 4 in 2 micro-batches, W = 2, a bf16 gradient store: each rank's
 //     share is rounded to bf16 before the sum: the first loss (before any
-//     update) matches, the rest within 1e-2 relative (1.3e-3 seen).
+//     update) matches, the rest within 1e-2 relative (1.3e-3 seen);
+//   - with a bf16 working copy (work_bf16), where each rank holds the fp32
+//     master of its part only and the working copy's parts are gathered:
+//     W = 2 and W = 4, one micro-batch per rank, bit-identical to one
+//     process with a working copy; the fp32 master gathered from the ranks'
+//     parts for an export is one process's, byte for byte; and the fp32
+//     master's and the optimizer state's bytes on a rank are 1/W of one
+//     process's (within 10%).
 // Identity holds because every weight gradient a micro-batch adds is one
 // product added once (a micro-batch's 128 tokens are one pass of each
 // gradient product; the embedding adds micro-batch sums,
@@ -38,10 +45,10 @@
 enum { STEPS = 30 };
 
 // The runs: micro-batches, fp32 AdamW (else the default 8-bit moments), a
-// bf16 gradient store (else fp32).
+// bf16 gradient store (else fp32), a bf16 working copy.
 static const struct {
-  int micro, fp32, bf16;
-} runs[] = {{2, 0, 0}, {4, 0, 0}, {4, 1, 0}, {2, 0, 1}};
+  int micro, fp32, bf16, work;
+} runs[] = {{2, 0, 0, 0}, {4, 0, 0, 0}, {4, 1, 0, 0}, {2, 0, 1, 0}, {2, 0, 0, 1}, {4, 0, 0, 1}};
 enum { RUNS = sizeof runs / sizeof runs[0] };
 
 static void spec_of(eng_spec *s, int k) {
@@ -49,7 +56,31 @@ static void spec_of(eng_spec *s, int k) {
   s->micro_batches = runs[k].micro;
   if (runs[k].fp32) s->optimizer = ENG_OPT_ADAMW;
   s->grad_dtype = runs[k].bf16 ? ENG_GRAD_BF16 : ENG_GRAD_F32;
+  s->work_bf16 = runs[k].work;
   s->total_steps = STEPS;
+}
+
+// Trains spec s as tiny_train does and exports the model to dir (every
+// rank takes part: the master may be in parts; rank 0 writes).
+static void train_export(const eng_spec *s, double *loss, const char *dir) {
+  eng_err e = {0};
+  eng_run *r = tiny_train_open(s, loss, 0, STEPS, NULL, NULL, NULL);
+  CHECK_OK(eng_export_hf(r, dir, 0, &e), &e);
+  eng_close(r);
+}
+
+// Where run k at world size W exports.
+static void export_dir(char *dir, size_t n, int W, int k) { snprintf(dir, n, "%s.%d.%d.hf", getenv("DIST_OUT"), W, k); }
+
+// The fp32 master's and the optimizer state's bytes a run of spec s holds
+// in this process.
+static double state_bytes(const eng_spec *s) {
+  eng_err e = {0};
+  eng_run *r;
+  CHECK_OK(eng_open(s, &r, &e), &e);
+  double n = (double)eng_master_bytes(r) + (double)eng_opt_state_bytes(r);
+  eng_close(r);
+  return n;
 }
 
 // A rank: the runs its world size divides, rank 0's losses to $DIST_OUT.<W>.<run>.
@@ -63,11 +94,19 @@ static int rank_main(void) {
     spec_of(&s, k);
     s.coll = c;
     double loss[STEPS];
-    tiny_train(&s, loss, 0, STEPS, NULL, NULL, NULL);
+    char dir[4200];
+    export_dir(dir, sizeof dir, c->world, k);
+    if (runs[k].work) train_export(&s, loss, dir);
+    else tiny_train(&s, loss, 0, STEPS, NULL, NULL, NULL);
     if (c->rank == 0) {
       char path[4200];
       snprintf(path, sizeof path, "%s.%d.%d", getenv("DIST_OUT"), c->world, k);
       dist_losses_write(path, loss, STEPS);
+      if (runs[k].work) { // what rank 0 holds
+        double b = state_bytes(&s);
+        snprintf(path, sizeof path, "%s.%d.%d.bytes", getenv("DIST_OUT"), c->world, k);
+        dist_losses_write(path, &b, 1);
+      }
     }
   }
   c->ops->close(c);
@@ -110,7 +149,10 @@ int main(void) {
   for (int k = 0; k < RUNS; k++) {
     eng_spec s;
     spec_of(&s, k);
-    tiny_train(&s, ref[k], 0, STEPS, NULL, NULL, NULL);
+    char dir[4200];
+    export_dir(dir, sizeof dir, 1, k);
+    if (runs[k].work) train_export(&s, ref[k], dir);
+    else tiny_train(&s, ref[k], 0, STEPS, NULL, NULL, NULL);
   }
   CHECK(ref[0][STEPS - 1] < ref[0][0] - 0.5, "the reference did not learn (%.4f -> %.4f)", ref[0][0],
         ref[0][STEPS - 1]);
@@ -154,6 +196,31 @@ int main(void) {
         "(limit 1e-2)", got[0] == ref[3][0] ? "matches" : "differs", rel);
   printf("W=2, batch 4 in 2 micro-batches, bf16 gradient store: %d of %d losses differ, by at most %.2e relative\n",
          differ, STEPS, rel);
+  // A bf16 working copy: the master in parts.
+  for (int W = 2; W <= 4; W += 2) {
+    const int k = W == 2 ? 4 : 5;
+    read_losses(W, k, got);
+    rel = compare(got, ref[k], STEPS, &differ);
+    CHECK(differ == 0, "W=%d, bf16 working copy: %d of %d losses differ from one process's (worst %.2e)", W, differ,
+          STEPS, rel);
+    char one_dir[4200], dir[4200], cmd[9000];
+    export_dir(one_dir, sizeof one_dir, 1, k);
+    export_dir(dir, sizeof dir, W, k);
+    snprintf(cmd, sizeof cmd, "cmp %s/model.safetensors %s/model.safetensors", one_dir, dir);
+    CHECK(system(cmd) == 0, "W=%d, bf16 working copy: the exported fp32 weights differ from one process's", W);
+    eng_spec s;
+    spec_of(&s, k);
+    double one = state_bytes(&s), b;
+    char path[4200];
+    snprintf(path, sizeof path, "%s.%d.%d.bytes", getenv("DIST_OUT"), W, k);
+    dist_losses_read(path, &b, 1);
+    double ratio = b / (one / W);
+    CHECK(ratio >= 0.9 && ratio <= 1.1, "W=%d, bf16 working copy: a rank holds %.0f bytes of fp32 master and "
+          "optimizer state, one process %.0f: %.3f of 1/W (limit 0.9..1.1)", W, b, one, ratio);
+    printf("W=%d, bf16 working copy, batch 4 in %d micro-batches: %d losses bit-identical to one process, so is the "
+           "exported fp32 master; fp32 master and optimizer state %.0f bytes on rank 0, one process %.0f (%.3f of 1/W)\n",
+           W, runs[k].micro, STEPS, b, one, ratio);
+  }
   char cmd[sizeof out + 16];
   snprintf(cmd, sizeof cmd, "rm -rf %s", out);
   CHECK(system(cmd) == 0, "cannot remove %s", out);

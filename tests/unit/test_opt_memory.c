@@ -4,7 +4,9 @@
 // 8-bit optimizer, for the demo model and a ~1.1B Llama-shaped config. The
 // regions are calloc-style zeroed pages, so the 1B state is allocated for
 // real but costs little resident memory here. eng_model_state_bytes, which
-// the daemon's memory admission counts on, predicts the state as allocated.
+// the daemon's memory admission counts on, predicts the state as allocated,
+// also where the fp32 master is held in parts (data parallel with a working
+// copy: a quarter of it on each of 4 ranks).
 #include "check.h"
 #include "model/model.h"
 
@@ -14,7 +16,7 @@ static size_t allocated(const eng_model *m) {
   size_t n = eng_model_opt_bytes(m);
   for (int s = 0; s < m->lo.n_shards; s++) {
     const eng_shard *sh = &m->shards[s];
-    n += sh->numel * (sizeof(float) + (sh->g_bf16 ? 2 : 4) + (sh->work ? 2 : 0));
+    n += sh->w_numel * sizeof(float) + sh->numel * ((sh->g_bf16 ? 2 : 4) + (sh->work ? 2 : 0));
   }
   return n;
 }
@@ -49,7 +51,20 @@ static void check_config(const char *name, const eng_config *c, int full) {
   o = (eng_model_opts){.work_bf16 = 1};
   CHECK_OK(eng_model_alloc(&m, c, &o, &e), &e);
   check_predicted(name, &m, c, &o);
+  size_t master = eng_model_master_bytes(&m);
   eng_model_free(&m);
+  // Data parallel over 4 with a working copy: a rank's fp32 master is its
+  // part of every tensor, a quarter of the whole.
+  for (int k = 0; k < 4; k++) {
+    o = (eng_model_opts){.work_bf16 = 1, .opt_parts = 4, .opt_part = k};
+    CHECK_OK(eng_model_alloc(&m, c, &o, &e), &e);
+    check_predicted(name, &m, c, &o);
+    double q = (double)eng_model_master_bytes(&m) / ((double)master / 4);
+    CHECK(q > 0.9 && q < 1.1 && m.shards[1].w_part, "%s: part %d of 4 holds %.3f of a quarter of the fp32 master",
+          name, k, q);
+    printf("%-6s data parallel over 4, part %d: fp32 master %.3f of a quarter\n", name, k, q);
+    eng_model_free(&m);
+  }
 }
 
 int main(void) {

@@ -5,12 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bf16.h"
 #include "common/err.h"
 #include "kernels/cpu/kmath.h"
 
 void eng_k_embed_fwd(float *x, const float *table, const int32_t *ids, int n, int d) {
 #pragma omp parallel for schedule(static) if ((size_t)n * (size_t)d >= ENG_K_PAR_MIN)
   for (int i = 0; i < n; i++) memcpy(x + (size_t)i * d, table + (size_t)ids[i] * d, sizeof(float) * (size_t)d);
+}
+
+void eng_k_embed_fwd_bf16(float *x, const uint16_t *table, const int32_t *ids, int n, int d) {
+#pragma omp parallel for schedule(static) if ((size_t)n * (size_t)d >= ENG_K_PAR_MIN)
+  for (int i = 0; i < n; i++) eng_bf16_to_f32_here(x + (size_t)i * d, table + (size_t)ids[i] * d, (size_t)d);
 }
 
 // Threads own column blocks of the table and add the rows in i order, so a
