@@ -40,7 +40,6 @@ int eng_run_dist_check(const eng_spec *s, eng_err *e) {
   if (s->device_gpu >= 0) BAD("the cuda backend has not been run data parallel yet; run on the cpu", c->world);
   if (s->method == ENG_METHOD_POETX) BAD("POET-X is not data parallel yet", c->world);
   if (s->clip_lagged) BAD("clip_lagged updates shards before their gradients are summed over the ranks", c->world);
-  if (s->plan) BAD("plans are made for one process's batch; use the uniform policy", c->world);
   if (s->select.rule || s->select.band_file) BAD("data selection is not data parallel yet", c->world);
 #undef BAD
   return 0;

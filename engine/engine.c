@@ -145,14 +145,18 @@ static eng_exec_policy spec_policy(const eng_spec *s) {
 static int plan_check(const eng_spec *s, const eng_config *c, eng_err *e) {
 #define BAD(...) return eng_err_set(e, ENG_EINVAL, "spec: plan: " __VA_ARGS__)
   const eng_plan *p = s->plan;
+  const int W = eng_run_dist_world(s); // a plan is made for one rank's share
+  char over[40] = "";
+  if (W > 1) snprintf(over, sizeof over, " over %d ranks", W);
   if (!p->bnd || !p->keep_inner) BAD("has no boundaries (not made by eng_plan_init, eng_plan_load or the planner)");
   if (p->n_layers != c->n_layers) BAD("n_layers is %d, the model has %d layers", p->n_layers, c->n_layers);
-  if (p->batch != s->batch) BAD("batch is %d, the spec's batch is %d", p->batch, s->batch);
+  if (p->ranks != W) BAD("was made for %d ranks, this run has %d", p->ranks, W);
+  if (p->batch * W != s->batch) BAD("batch is %d, the spec's batch is %d%s", p->batch, s->batch, over);
   if (p->seq_len != s->seq_len) BAD("seq_len is %d, the spec's seq_len is %d", p->seq_len, s->seq_len);
   if (p->micro_batch < 1 || p->n_micro < 1 || (int64_t)p->micro_batch * p->n_micro != p->batch)
     BAD("batch %d is not n_micro %d micro-batches of micro_batch %d", p->batch, p->n_micro, p->micro_batch);
-  if (s->micro_batches != p->n_micro)
-    BAD("n_micro is %d, the spec's micro_batches is %d (set it to the plan's)", p->n_micro, s->micro_batches);
+  if (s->micro_batches != p->n_micro * W)
+    BAD("n_micro is %d, the spec's micro_batches is %d%s (set it to the plan's)", p->n_micro, s->micro_batches, over);
   return 0;
 #undef BAD
 }
@@ -221,6 +225,7 @@ int eng_spec_device_bytes(const eng_spec *spec, size_t *bytes, eng_err *e) {
 }
 
 void eng_spec_profile_method(const eng_spec *s, eng_profile *p) {
+  p->ranks = eng_run_dist_world(s);
   p->poet_block = s->method == ENG_METHOD_POETX ? s->poet_block : 0;
   p->poet_fast = p->poet_block && !s->poet_memory;
   p->poet_merge_every = p->poet_block ? s->poet_merge_every : 0;

@@ -2,8 +2,10 @@
 #include "dist/coll.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "common/bf16.h"
+#include "common/clock.h"
 
 void eng_coll_slice(size_t count, int world, int r, size_t *off, size_t *n) {
   size_t per = (count + (size_t)world - 1) / (size_t)world, o = per * (size_t)r;
@@ -41,6 +43,45 @@ void eng_coll_sum_ranks(void *dst, const void *parts, size_t n, int world, eng_c
       d[i] = eng_bf16_from_f32(acc);
     }
   }
+}
+
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+// The median seconds of an all-reduce of buf[n] (five, after one to warm up).
+static int reduce_secs(eng_coll *c, float *buf, size_t n, double *secs, eng_err *e) {
+  enum { RUNS = 5 };
+  double t[RUNS + 1];
+  int rc = 0;
+  for (int i = 0; !rc && i <= RUNS; i++) {
+    rc = c->ops->barrier(c, e);
+    double t0 = eng_now();
+    if (!rc) rc = c->ops->all_reduce(c, buf, n, ENG_COLL_F32, e);
+    t[i] = eng_now() - t0;
+  }
+  qsort(t + 1, RUNS, sizeof *t, by_value);
+  *secs = t[1 + RUNS / 2];
+  return rc;
+}
+
+int eng_coll_rate(eng_coll *c, size_t bytes, double *bps, double *latency, eng_err *e) {
+  const size_t n = bytes / sizeof(float) > 16 ? bytes / sizeof(float) : 16;
+  float *buf = malloc(n * sizeof *buf);
+  if (!buf) return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes to measure the all-reduce", bytes);
+  for (size_t i = 0; i < n; i++) buf[i] = 1.0f; // pages of their own (untouched ones all read the zero page)
+  double m[2], big;
+  int rc = reduce_secs(c, buf, 16, &m[0], e);
+  if (!rc) rc = reduce_secs(c, buf, n, &big, e);
+  free(buf);
+  if (rc) return rc;
+  double moved = 2.0 * (c->world - 1) / c->world * (double)(n * sizeof(float));
+  m[1] = moved / (big > m[0] ? big - m[0] : big);
+  if ((rc = c->ops->broadcast(c, m, 2, ENG_COLL_F64, 0, e))) return rc; // rank 0's
+  *latency = m[0];
+  *bps = m[1];
+  return 0;
 }
 
 #ifndef TRAIND_HAVE_NCCL

@@ -153,9 +153,12 @@ int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_
   // other field this does not measure (the optional caps) starts at zero.
   const double nr = p->nvme_read, nw = p->nvme_write, nb = p->nvme_bytes;
   const int pb = p->poet_block, pf = p->poet_fast, pm = p->poet_merge_every, pbf = p->poet_base_bf16;
+  const int ranks = p->ranks;
+  const double comm = p->comm_bps, lat = p->comm_latency;
   memset(p, 0, sizeof *p);
   p->nvme_read = nr, p->nvme_write = nw, p->nvme_bytes = nb;
   p->poet_block = pb, p->poet_fast = pf, p->poet_merge_every = pm, p->poet_base_bf16 = pbf;
+  p->ranks = ranks, p->comm_bps = comm, p->comm_latency = lat; // the job's, measured by its ranks (eng_coll_rate)
   // Ten slices of measuring plus a warm-up run of each: within the budget.
   const double slice = max_seconds / 12.0;
   int n1 = mb * T < MAX_ROWS ? mb * T : MAX_ROWS, n2 = n1 / 4 > 16 ? n1 / 4 : 16;

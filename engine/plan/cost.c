@@ -36,9 +36,14 @@ static layer_work layer_fwd_work(const eng_config *c, double seqs, double T, int
 // embedding's in fp32, untied by the rows of a step's tokens), pinned working
 // copy, POET-X's state.
 static int host_state_bytes(const eng_config *c, const eng_profile *p, int tokens, eng_plan_cost *k, eng_err *e) {
+  // With ranks, rank 0's: the optimizer state of its part (the parts differ by
+  // at most a block), the embedding's gradient store whole (the ranks' rows
+  // differ), the fp32 master in parts where a working copy computes.
+  const int ranks = p->ranks > 1 ? p->ranks : 1;
   eng_model_opts mo = {.grad_bf16 = p->grad_store_bytes == 2, .opt_fp32 = !p->opt_8bit,
                        .work_bf16 = p->pinned_copy, .poet_block = p->poet_block,
-                       .poet_base_bf16 = p->poet_base_bf16, .embed_rows = tokens};
+                       .poet_base_bf16 = p->poet_base_bf16, .embed_rows = ranks > 1 ? 0 : tokens,
+                       .opt_parts = ranks, .opt_part = 0};
   eng_model_bytes b;
   if (eng_model_state_parts(c, &mo, &b)) return eng_err_set(e, ENG_EINVAL, "plan: the model state does not fit");
   k->host_master = (double)b.master;
@@ -55,8 +60,8 @@ static double opt_of(const eng_plan_cost *k, int e) {
   return e < k->L ? k->t_opt_layer : e == k->L ? k->t_opt_head : 0.0;
 }
 
-// The forward paced by the optimizer and the weight stream (no plan choice
-// touches either): entries 0..L-1 are the layers, L the head stage. Weights
+// The forward paced by the optimizer, the weight stream and the ranks'
+// communication (no plan choice touches them): entries 0..L-1 are the layers, L the head stage. Weights
 // of entry e copy in once its update is done and its slot is free (the entry
 // two back has finished); the copies run in order on the host-to-device link.
 void eng_plan_cost_pace(eng_plan_cost *k) {
@@ -66,10 +71,15 @@ void eng_plan_cost_pace(eng_plan_cost *k) {
   double start[ENG_PLAN_MAX_LAYERS + 1] = {0}, end_f[ENG_PLAN_MAX_LAYERS + 1];
   // The previous step's last gradient and dX of boundary 0 land first;
   // clipping needs every gradient, so the optimizer starts then, embedding
-  // first, whose update lets the batch's boundary 0 be gathered.
-  double t = (k->g_layer + k->bnd) / k->d2h + k->t_opt_embed;
-  double b0_end = t + k->bnd / k->h2d;
-  if (k->opt_inline) {
+  // first, whose update lets the batch's boundary 0 be gathered. With ranks,
+  // the sum over them comes first and the gather of every update after.
+  double t = (k->g_layer + k->bnd) / k->d2h + k->t_reduce + k->t_opt_embed;
+  const double emb_done = t;
+  const int inl = k->opt_inline && k->ranks <= 1; // updates between the forward's entries
+  if (k->ranks > 1) {
+    t += L * k->t_opt_layer + k->t_opt_head + k->t_gather; // every update is in before the forward
+    for (int e = 0; e <= L + 1; e++) opt_done[e] = t;
+  } else if (inl) {
     // On the compute thread, one entry ahead: layers 0 and 1 before F_0,
     // then entry e+1 between F_{e-1} and F_e.
     opt_done[0] = t + opt_of(k, 0);
@@ -79,13 +89,14 @@ void eng_plan_cost_pace(eng_plan_cost *k) {
     // On its own thread, in order, beside compute.
     for (int e = 0; e <= L; e++) opt_done[e] = (t += opt_of(k, e));
   }
+  double b0_end = (k->ranks > 1 ? t : emb_done) + k->bnd / k->h2d; // boundary 0 gathered from the updated table
   double lane = b0_end;
   for (int e = 0; e <= L; e++) {
-    if (k->opt_inline && e > 0) thread_free[e] = opt_done[e + 1] = end_f[e - 1] + opt_of(k, e + 1);
+    if (inl && e > 0) thread_free[e] = opt_done[e + 1] = end_f[e - 1] + opt_of(k, e + 1);
     double issue = e >= 2 ? end_f[e - 2] : 0.0;
     lane = fmax(fmax(issue, opt_done[e]), lane) + (e < L ? k->w_layer : k->w_head) / k->h2d;
     double s = fmax(e > 0 ? end_f[e - 1] : b0_end, lane);
-    if (k->opt_inline) s = fmax(s, thread_free[e]);
+    if (inl) s = fmax(s, thread_free[e]);
     start[e] = s;
     end_f[e] = s + (e < L ? k->t_fwd : 0.0);
   }
@@ -177,6 +188,18 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
   k->bnd_dev = (double)ar.bnd;
   k->inner = (double)ar.inner;
   if ((rc = host_state_bytes(c, p, batch * seq_len, k, e))) return rc;
+  k->ranks = p->ranks > 1 ? p->ranks : 1;
+  if (k->ranks > 1) {
+    const double W = k->ranks, share = (W - 1) / W;
+    k->t_opt_layer /= W, k->t_opt_embed /= W, k->t_opt_head /= W; // a rank updates its part
+    k->comm_reduce = 2.0 * share * k->host_grad;
+    k->comm_gather = share * k->params * (p->pinned_copy ? p->weight_bytes : 4);
+    k->calls_reduce = 1 + lo.n_shards;
+    k->calls_gather = 1 + (lo.lm_head.numel ? 2 : 1); // the embedding; the final norm and an untied head
+    for (int t = 0; t < ENG_P_LAYER_COUNT; t++) k->calls_gather += lo.layer_proto[t].numel ? c->n_layers : 0;
+    k->t_reduce = k->comm_reduce / p->comm_bps + k->calls_reduce * p->comm_latency;
+    k->t_gather = k->comm_gather / p->comm_bps + k->calls_gather * p->comm_latency;
+  }
 
   k->dev_budget = p->device_bytes - p->device_reserve;
   k->host_budget = p->host_bytes - p->host_reserve;

@@ -47,8 +47,20 @@ typedef struct eng_plan_cost {
                        // weights' copy when that takes longer (each recomputed
                        // layer streams its weights again, one slot ahead)
   double t_head;       // head + loss, forward and backward
-  double t_opt_layer, t_opt_embed, t_opt_head; // host optimizer pass per shard
+  double t_opt_layer, t_opt_embed, t_opt_head; // host optimizer pass per shard (a rank's part)
   int opt_inline;
+
+  // Data parallelism (profile.h ranks > 1; 1: one process): after the
+  // backward the gradients are summed over the ranks, then every update runs
+  // (this rank's parts), then the parts are gathered, and only then does the
+  // forward start (engine/dist_run.c). Bytes each rank moves per step, the
+  // collective calls that move them, and their seconds at the profile's
+  // comm_bps and comm_latency.
+  int ranks;
+  double comm_reduce;  // 2 (W - 1) / W of the gradient store: the loss and a call per shard
+  double comm_gather;  // (W - 1) / W of what computes (fp32 weights, or the working copy): a call per tensor
+  int calls_reduce, calls_gather;
+  double t_reduce, t_gather;
 
   // Links, bytes per second.
   double h2d, d2h, nvme_read, nvme_write;
@@ -59,10 +71,11 @@ typedef struct eng_plan_cost {
   double cap_nvme;
   double dev_budget, host_budget; // device - reserve, host - reserve (for messages)
 
-  // The forward paced by the optimizer and the weight stream alone (no
-  // activation traffic touches the host-to-device link in the forward):
-  // t_pre = step start (the previous backward's last compute) to the start of
-  // F_0; d_fwd[l] = start of the next window - start of F_l.
+  // The forward paced by the optimizer, the weight stream and, with ranks,
+  // the reduction and gather before it (no activation traffic touches the
+  // host-to-device link in the forward): t_pre = step start (the previous
+  // backward's last compute) to the start of F_0; d_fwd[l] = start of the
+  // next window - start of F_l.
   double t_pre;
   double d_fwd[ENG_PLAN_MAX_LAYERS];
 } eng_plan_cost;

@@ -68,6 +68,7 @@ int milp_extract(const milp *m, const double *x, eng_plan *p, eng_err *e) {
   p->seq_len = k->seq_len;
   p->micro_batch = k->micro_batch;
   p->n_micro = k->n_micro;
+  p->ranks = k->ranks;
   p->act_bytes = k->act_bytes;
   p->bnd_bytes = (uint64_t)k->bnd;
   p->row_bytes = (uint64_t)k->d_model * (uint64_t)k->act_bytes;

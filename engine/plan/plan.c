@@ -7,6 +7,7 @@ int eng_plan_init(eng_plan *p, int L, eng_err *e) {
   memset(p, 0, sizeof *p);
   if (L < 1) return eng_err_set(e, ENG_EINVAL, "plan: %d layers", L);
   p->n_layers = L;
+  p->ranks = 1;
   p->bnd = calloc((size_t)L + 1, sizeof *p->bnd);
   p->keep_inner = calloc((size_t)L, sizeof *p->keep_inner);
   p->win = calloc(2 * (size_t)L + 1, sizeof *p->win);

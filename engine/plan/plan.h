@@ -91,6 +91,8 @@ typedef struct eng_plan {
   int batch, seq_len;
   int micro_batch;   // sequences per micro-batch
   int n_micro;       // batch / micro_batch
+  int ranks;         // data-parallel ranks it was made for (1: one process); batch is then one
+                     // rank's share of the global batch
   int act_bytes;     // bytes per activation element on the device
   uint64_t bnd_bytes; // one boundary of the whole batch
   uint64_t row_bytes; // one token's row of a boundary (transfer granule)
@@ -108,6 +110,7 @@ typedef struct eng_plan {
   double t_compute;      // busy time of the compute stream (recompute included)
   double t_recompute;    // of it, block recompute and layer re-forwards
   double t_exposed;      // step_time - t_compute: waiting for links and the optimizer
+  double t_comm;         // of it, with ranks: the sum over them and the gather of the parts
   double model_step_time; // the solver's own estimate (window model)
   uint64_t peak_dev, peak_host, peak_nvme;  // activation bytes per tier at their peaks
   uint64_t dev_fixed;    // device bytes beside activations (slots, working buffers, workspace)
@@ -131,6 +134,7 @@ typedef enum {
   ENG_SPAN_D2H = 2,
   ENG_SPAN_NVME = 3, // writes and reads
   ENG_SPAN_OPT = 4,  // the host optimizer (beside compute, or inline on the cpu)
+  ENG_SPAN_COMM = 5, // data parallel: the sum over the ranks and the gather of the updated parts
   ENG_SPAN_LANES
 } eng_span_lane;
 

@@ -27,6 +27,7 @@ int eng_plan_to_json(const eng_plan *p, char **out, eng_err *e) {
   json_object_set_new(root, "seq_len", json_integer(p->seq_len));
   json_object_set_new(root, "micro_batch", json_integer(p->micro_batch));
   json_object_set_new(root, "n_micro", json_integer(p->n_micro));
+  json_object_set_new(root, "ranks", json_integer(p->ranks));
   json_object_set_new(root, "act_bytes", json_integer(p->act_bytes));
   json_object_set_new(root, "bnd_bytes", json_integer((json_int_t)p->bnd_bytes));
   json_object_set_new(root, "row_bytes", json_integer((json_int_t)p->row_bytes));
@@ -66,6 +67,7 @@ int eng_plan_to_json(const eng_plan *p, char **out, eng_err *e) {
   json_object_set_new(pr, "t_compute", json_real(p->t_compute));
   json_object_set_new(pr, "t_recompute", json_real(p->t_recompute));
   json_object_set_new(pr, "t_exposed", json_real(p->t_exposed));
+  json_object_set_new(pr, "t_comm", json_real(p->t_comm));
   json_object_set_new(pr, "model_step_time", json_real(p->model_step_time));
   json_object_set_new(pr, "peak_dev", json_integer((json_int_t)p->peak_dev));
   json_object_set_new(pr, "peak_host", json_integer((json_int_t)p->peak_host));
@@ -175,6 +177,8 @@ static void read_body(rd *r, const json_t *root, eng_plan *p) {
   p->seq_len = (int)get_int(r, root, "plan", "seq_len", 1, 1 << 30);
   p->micro_batch = (int)get_int(r, root, "plan", "micro_batch", 1, 1 << 30);
   p->n_micro = (int)get_int(r, root, "plan", "n_micro", 1, 1 << 30);
+  // Plans of a traind before data parallelism have no ranks: one process.
+  p->ranks = json_object_get(root, "ranks") ? (int)get_int(r, root, "plan", "ranks", 1, 1 << 20) : 1;
   p->act_bytes = (int)get_int(r, root, "plan", "act_bytes", 1, 8);
   p->bnd_bytes = (uint64_t)get_int(r, root, "plan", "bnd_bytes", 1, big);
   p->row_bytes = (uint64_t)get_int(r, root, "plan", "row_bytes", 1, big);
@@ -248,6 +252,7 @@ static void read_body(rd *r, const json_t *root, eng_plan *p) {
     p->t_compute = get_num(r, pr, "predicted", "t_compute", 0);
     p->t_recompute = get_num(r, pr, "predicted", "t_recompute", 0);
     p->t_exposed = get_num(r, pr, "predicted", "t_exposed", 0);
+    p->t_comm = json_object_get(pr, "t_comm") ? get_num(r, pr, "predicted", "t_comm", 0) : 0.0;
     p->model_step_time = get_num(r, pr, "predicted", "model_step_time", 0);
     p->peak_dev = (uint64_t)get_int(r, pr, "predicted", "peak_dev", 0, big);
     p->peak_host = (uint64_t)get_int(r, pr, "predicted", "peak_host", 0, big);

@@ -61,6 +61,10 @@ int eng_plan_table(const eng_plan *p, char **out, eng_err *e) {
   eng_sb_put(&b, "predicted step %.4f s (%.1f tokens/s): compute %.4f s of which recompute %.4f s, exposed %.4f s; "
                  "window model %.4f s\n",
              p->step_time, p->tokens_per_s, p->t_compute, p->t_recompute, p->t_exposed, p->model_step_time);
+  if (p->ranks > 1)
+    eng_sb_put(&b, "one rank of %d (its share of the batch): of the exposed time, %.4f s summing over the ranks and "
+                   "gathering the updated parts\n",
+               p->ranks, p->t_comm);
   eng_sb_put(&b, "peak activation bytes: device %.3f GiB (+ %.3f GiB fixed), host %.3f GiB (+ %.3f GiB training state), "
                  "NVMe %.3f GiB\n",
              gib((double)p->peak_dev), gib((double)p->dev_fixed), gib((double)p->peak_host), gib((double)p->host_state),

@@ -31,6 +31,7 @@ static const struct field {
     D(opt_params_per_s, 0), I(opt_inline),
     I(act_bytes), I(weight_bytes), I(grad_bytes), I(grad_store_bytes), I(pinned_copy), I(opt_8bit),
     IO(poet_block, 65536), IO(poet_fast, 1), IO(poet_merge_every, 1 << 30), IO(poet_base_bf16, 1), D(poet_flops, 1),
+    IO(ranks, 1 << 20), D(comm_bps, 1), D(comm_latency, 1),
     D(device_bytes, 0), D(device_reserve, 0), D(host_bytes, 0), D(host_reserve, 0),
     D(nvme_bytes, 0), D(device_act_bytes, 1), D(host_act_bytes, 1),
 #undef S
@@ -149,7 +150,8 @@ int eng_profile_validate(const eng_profile *p, const char *what, eng_err *e) {
                 {"attn_bwd_flops", p->attn_bwd_flops}, {"device_reserve", p->device_reserve},
                 {"host_reserve", p->host_reserve}, {"nvme_bytes", p->nvme_bytes},
                 {"device_act_bytes", p->device_act_bytes}, {"host_act_bytes", p->host_act_bytes},
-                {"poet_flops", p->poet_flops}};
+                {"poet_flops", p->poet_flops}, {"comm_bps", p->comm_bps},
+                {"comm_latency", p->comm_latency}};
   for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
     if (!(nonneg[i].v >= 0) || !isfinite(nonneg[i].v))
       return eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" must be a non-negative number", what, nonneg[i].key);
@@ -168,6 +170,8 @@ int eng_profile_validate(const eng_profile *p, const char *what, eng_err *e) {
   if (p->host_reserve >= p->host_bytes)
     return eng_err_set(e, ENG_EINVAL, "%s: host_reserve (%.0f) leaves no host memory of %.0f", what,
                        p->host_reserve, p->host_bytes);
+  if (p->ranks > 1 && !(p->comm_bps > 0))
+    return eng_err_set(e, ENG_EINVAL, "%s: %d ranks need comm_bps, the rate of their all-reduce", what, p->ranks);
   if (strcmp(p->backend, "cuda") && strcmp(p->backend, "cpu"))
     return eng_err_set(e, ENG_EINVAL, "%s: field \"backend\" must be \"cuda\" or \"cpu\", got \"%s\"", what,
                        p->backend);

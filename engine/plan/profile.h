@@ -54,6 +54,18 @@ typedef struct eng_profile {
   // permutation's gather before each: FLOP/s (0: gemm_flops' rate).
   double poet_flops;
 
+  // Data parallelism (engine/dist, DESIGN §10): the job's ranks (optional,
+  // 0 or 1: one process), each planned for its share of the batch (the
+  // caller passes batch / ranks), holding the optimizer state of its part of
+  // every tensor, updating that part only, and summing the gradients and
+  // gathering the updated weights over comm_bps: the bytes per second a
+  // rank's all-reduce moves, counted as 2 (W - 1) / W of the buffer (what
+  // each rank sends and receives; needed when ranks > 1), and comm_latency,
+  // the seconds each collective call takes beside its bytes (optional);
+  // eng_coll_rate measures both.
+  int ranks;
+  double comm_bps, comm_latency;
+
   // Memory budgets, bytes.
   double device_bytes;     // device memory
   double device_reserve;   // of it, what the runtime keeps (context, libraries)
@@ -87,7 +99,8 @@ int eng_profile_validate(const eng_profile *p, const char *what, eng_err *e);
 // about max_seconds (<= 30 is the contract). Memory budgets: device_bytes =
 // device_cap, host_bytes = physical memory; the NVMe fields are left as p
 // had them (set them with eng_profile_set_nvme from storage's measurement),
-// and so do the method's; every other field is zero.
+// and so do the method's and the ranks' (ranks, comm_bps); every other
+// field is zero.
 int eng_profile_calibrate_cpu(const eng_config *c, int mb, int T, double device_cap,
                               double max_seconds, eng_profile *p, eng_err *e);
 // The max_seconds that the daemon and traind-train give a calibration.

@@ -102,7 +102,18 @@ int eng_plan_simulate(const eng_plan *p, const eng_plan_cost *k, eng_plan_sim *s
   double opt_done[ENG_PLAN_MAX_LAYERS + 2];
   double thread = tg; // the compute thread
   double emb;
-  if (k->opt_inline) {
+  const int inl = k->opt_inline && k->ranks <= 1; // updates between the forward's entries
+  if (k->ranks > 1) {
+    // The sum over the ranks, every update of this rank's parts, the gather
+    // of the parts: all before the forward (engine/dist_run.c).
+    double t = tg + k->t_reduce, u = t + k->t_opt_embed + L * k->t_opt_layer + k->t_opt_head;
+    span(&r, ENG_SPAN_COMM, tg, t, "sum", 0);
+    span(&r, ENG_SPAN_OPT, t, u, "opt", 0);
+    emb = thread = u + k->t_gather;
+    span(&r, ENG_SPAN_COMM, u, emb, "gather", 0);
+    for (int q = 0; q <= L; q++) opt_done[q] = emb;
+    s->t_comm = k->t_reduce + k->t_gather;
+  } else if (k->opt_inline) {
     emb = thread += k->t_opt_embed;
     span(&r, ENG_SPAN_OPT, tg, emb, "opt", 0);
   } else {
@@ -110,7 +121,7 @@ int eng_plan_simulate(const eng_plan *p, const eng_plan_cost *k, eng_plan_sim *s
     for (int q = 0; q <= L; q++) opt_done[q] = run(&r, L_OPT, 0, 0, opt_secs(k, q), "opt", q);
   }
   double b0 = run(&r, L_H2D, emb, 0, k->bnd / k->h2d, "b%d", 0);
-  if (k->opt_inline) { // layers 0 and 1 (or the head) before F_0
+  if (inl) { // layers 0 and 1 (or the head) before F_0
     double t1 = thread + opt_secs(k, 0), t2 = t1 + opt_secs(k, 1);
     span(&r, ENG_SPAN_OPT, thread, t2, "opt", 1);
     opt_done[0] = t1;
@@ -139,7 +150,7 @@ int eng_plan_simulate(const eng_plan *p, const eng_plan_cost *k, eng_plan_sim *s
     if (q >= 1 && q + 1 < n) {
       const entry *y = &en[q + 1];
       int fwd = y->kind == 'F' || y->kind == 'H';
-      if (k->opt_inline && x->kind == 'F' && x->layer >= 1) { // the update of entry q+1 runs first
+      if (inl && x->kind == 'F' && x->layer >= 1) { // the update of entry q+1 runs first
         double t0 = fmax(thread, end[q - 1]);
         thread = t0 + opt_secs(k, q + 1);
         opt_done[q + 1] = thread;
@@ -229,6 +240,7 @@ void eng_plan_sim_apply(eng_plan *p, const eng_plan_sim *s) {
   p->t_compute = s->t_compute;
   p->t_recompute = s->t_recompute;
   p->t_exposed = s->t_exposed;
+  p->t_comm = s->t_comm;
   p->peak_dev = (uint64_t)llround(s->peak_dev);
   p->peak_host = (uint64_t)llround(s->peak_host);
   p->peak_nvme = (uint64_t)llround(s->peak_nvme);

@@ -20,6 +20,7 @@ typedef struct eng_plan_sim {
   double t_compute;    // busy time of the compute stream
   double t_recompute;  // of it, block recompute and layer re-forwards
   double t_exposed;    // step_time - t_compute
+  double t_comm;       // of it, with ranks: the sum over them and the gather of the parts
   double peak_dev, peak_host, peak_nvme; // activation bytes at the peak of each tier
   int n_win;
   double *win_start, *win_end; // [2L + 1]

@@ -7,7 +7,7 @@
 #include "plan/sim.h"
 #include "plan/strbuf.h"
 
-static const char *lane_title[ENG_SPAN_LANES] = {"compute", "copy-in", "copy-out", "NVMe", "optimizer"};
+static const char *lane_title[ENG_SPAN_LANES] = {"compute", "copy-in", "copy-out", "NVMe", "optimizer", "ranks"};
 
 // Fill colour by what a span is.
 static const char *color(const eng_plan_span *x) {

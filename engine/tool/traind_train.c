@@ -13,6 +13,7 @@
 #include "dist/dist.h"
 #include "engine.h"
 #include "model/hf_io.h"
+#include "model/layout.h"
 #include "plan/profile.h"
 #include "plan/sim.h"
 #ifdef TRAIND_HAVE_PLANNER
@@ -148,7 +149,9 @@ static void usage(FILE *f) {
           "of every tensor (ZeRO-1), with --work-bf16 the fp32 master of it too. Rank 0\n"
           "alone prints, writes checkpoints and exports.\n"
           "With one micro-batch per rank and --grad-fp32 the losses are bit-identical to one\n"
-          "process's.\n"
+          "process's. --plan auto plans one rank's share: every rank calibrates, the ranks\n"
+          "measure their all-reduce, rank 0 plans and hands the plan to the others; a plan\n"
+          "file must be made for the same number of ranks.\n"
           "\n"
           "Output: with --plan the plan's table, then 'step N loss X lr X tok/s X' per\n"
           "step, then a summary line.\n"
@@ -205,8 +208,20 @@ static int plan_auto(const eng_spec *s, const char *model_name, double calibrate
   eng_config c = s->config; // the model's: model_dir's, or the flags'
   eng_profile prof = {0};
   eng_spec_profile_method(s, &prof); // before calibrating: it measures the method's rotations
+  // Data parallel: each rank plans its share, calibrated as the ranks will
+  // run (side by side), with the rate of their all-reduce measured; rank 0
+  // plans and hands the plan to the others.
+  eng_coll *coll = s->coll;
+  const int W = coll ? coll->world : 1, share = s->batch / W;
   int untied, rc = s->model_dir ? eng_hf_load_config(NULL, s->model_dir, &c, &untied, e) : 0;
-  if (!rc) rc = eng_profile_calibrate_cpu(&c, s->batch, s->seq_len, (double)s->device_cap, calibrate, &prof, e);
+  if (!rc) rc = eng_profile_calibrate_cpu(&c, share, s->seq_len, (double)s->device_cap, calibrate, &prof, e);
+  if (!rc && W > 1) { // at the size the run sums (its gradients), up to 64 MiB
+    eng_layout lo;
+    eng_layout_init(&lo, &c);
+    size_t bytes = lo.total_numel * sizeof(float);
+    rc = eng_coll_rate(coll, bytes < ((size_t)64 << 20) ? bytes : (size_t)64 << 20, &prof.comm_bps,
+                       &prof.comm_latency, e);
+  }
   if (rc) return rc;
   eng_profile_set_nvme(&prof, prof.d2h, prof.d2h, 0);
   eng_plan_opts o;
@@ -215,7 +230,21 @@ static int plan_auto(const eng_spec *s, const char *model_name, double calibrate
   if (micro_given) o.micro_batch = s->batch / s->micro_batches;
   auto_config = c;
   auto_profile = prof;
-  return eng_plan_make(&c, model_name, s->batch, s->seq_len, &prof, &o, out, e);
+  if (W == 1) return eng_plan_make(&c, model_name, share, s->seq_len, &prof, &o, out, e);
+  char *json = NULL;
+  double len[1] = {0};
+  if (coll->rank == 0 && !(rc = eng_plan_make(&c, model_name, share, s->seq_len, &prof, &o, out, e)) &&
+      !(rc = eng_plan_to_json(out, &json, e)))
+    len[0] = (double)strlen(json) + 1;
+  // A rank 0 that failed sends length 0: every rank then fails, rank 0 with its reason.
+  int brc = coll->ops->broadcast(coll, len, 1, ENG_COLL_F64, 0, e);
+  if (!brc && len[0] > 0 && coll->rank > 0 && !(json = malloc((size_t)len[0])))
+    brc = eng_err_set(e, ENG_ENOMEM, "no memory for the plan");
+  if (!brc && len[0] > 0) brc = coll->ops->broadcast(coll, json, (size_t)len[0], ENG_COLL_U8, 0, e);
+  if (!brc && len[0] > 0 && coll->rank > 0) brc = eng_plan_from_json(json, out, e);
+  if (!brc && !rc && len[0] == 0) brc = eng_err_set(e, ENG_ESTATE, "rank 0 could not plan (it says why)");
+  free(json);
+  return rc ? rc : brc;
 #else
   (void)s, (void)model_name, (void)calibrate, (void)micro_given, (void)out;
   return eng_err_set(e, ENG_ENOTSUP, "this build has no planner (GLPK was not found when it was configured; "
@@ -233,11 +262,11 @@ static int plan_take(eng_spec *s, const char *arg, const char *model_name, doubl
     rc = plan_auto(s, model_name, calibrate, g->micro, plan, e);
   } else {
     rc = eng_plan_load(arg, plan, e);
-    if (!rc && !g->batch) s->batch = plan->batch;
+    if (!rc && !g->batch) s->batch = plan->batch * plan->ranks; // a rank's share, under data parallelism
     if (!rc && !g->seq) s->seq_len = plan->seq_len;
   }
   if (rc) return rc;
-  if (!g->micro) s->micro_batches = plan->n_micro;
+  if (!g->micro) s->micro_batches = plan->n_micro * plan->ranks;
   s->plan = plan;
   char *table = NULL;
   if (!quiet && (rc = eng_plan_table(plan, &table, e)) == 0) {
@@ -554,6 +583,7 @@ int main(int argc, char **argv) {
   if (plan_arg && (rc_plan = plan_take(&s, plan_arg, model_name, calibrate, &g, o.quiet, &plan, &e))) {
     fprintf(stderr, "traind-train: --plan %s: %s\n", plan_arg, e.msg);
     eng_plan_free(&plan);
+    if (coll) coll->ops->close(coll); // every rank failed here (rank 0 hands out the plan)
     return rc_plan == ENG_ENOTSUP ? 2 : 1;
   }
   int rc = eng_open(&s, &r, &e);

@@ -9,7 +9,9 @@
 # ideal is 2x. Then the bytes per parameter each rank holds on the bench40m
 # model at W = 1, 2, 4 with a bf16 working copy (--work-bf16; one step each):
 # optimizer state and fp32 master fall as 1/W (ZeRO-1, the master in parts),
-# the working copy stays whole.
+# the working copy stays whole. And one W = 2 run with --plan auto: the
+# communication its plan predicts per step (the ranks' all-reduce measured
+# at start) against the median measured (steps 3..).
 # Last line: "dist: W=2 <ratio>x tokens/s of W=1 (<t2> vs <t1>), communication <pct>% of the step"
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,6 +44,11 @@ t1=$(for i in $(seq "$RUNS"); do tps "$out/w1.$i"; done | median)
 t2=$(for i in $(seq "$RUNS"); do tps "$out/w2.$i"; done | median)
 c2=$(for i in $(seq "$RUNS"); do comm "$out/w2.$i"; done | median)
 grep '^done' "$out/w2.1"
+mpirun -np 2 --bind-to core "$TRAIN" "${ARGS[@]}" --plan auto --calibrate 3 > "$out/plan"
+predicted=$(sed -n 's/.*of the exposed time, \([0-9.]*\) s summing.*/\1/p' "$out/plan")
+measured=$(awk '$1 == "step" && $2 > 2 { for (i = 1; i < NF; i++) if ($i == "comm") { c = $(i+1); sub("s", "", c); print c } }' \
+  "$out/plan" | median)
+echo "W=2 with --plan auto: communication predicted $predicted s a step, measured $measured s (median)"
 bytes() { sed -n "s/.*optimizer state \([0-9.]*\), fp32 master \([0-9.]*\), bf16 working copy \([0-9.]*\) bytes.*/\\$2/p" "$1"; }
 num() { echo "scale=3; $1" | bc -l | sed 's/^\./0./'; }
 for W in 1 2 4; do

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dist/coll.h"
 
 // What mpirun needs here: tests run as root on CI; shared memory without
 // ptrace-based single copy, which containers often forbid; more ranks than
@@ -40,6 +41,14 @@ static inline int dist_launch(int np) {
   int st;
   CHECK(waitpid(pid, &st, 0) == pid, "waitpid failed");
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// A rank's collectives (the test fails where MPI does not start).
+static inline eng_coll *dist_rank_open(void) {
+  eng_err e = {0};
+  eng_coll *c;
+  CHECK_OK(eng_coll_mpi_open(&c, &e), &e);
+  return c;
 }
 
 #endif

@@ -143,8 +143,7 @@ int main(void) {
     printf("ok\n");
     return 0;
   }
-  eng_coll *c;
-  CHECK_OK(eng_coll_mpi_open(&c, &e), &e);
+  eng_coll *c = dist_rank_open();
   CHECK(c->rank == env.rank && c->world == env.world, "MPI says rank %d of %d, the launcher %d of %d", c->rank,
         c->world, env.rank, env.world);
   check_all(c);

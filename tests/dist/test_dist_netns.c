@@ -56,9 +56,7 @@ static void say_where(int rank) {
 }
 
 static int rank_main(void) {
-  eng_err e = {0};
-  eng_coll *c;
-  CHECK_OK(eng_coll_mpi_open(&c, &e), &e);
+  eng_coll *c = dist_rank_open();
   say_where(c->rank);
   eng_spec s;
   spec_of(&s);

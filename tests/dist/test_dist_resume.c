@@ -60,9 +60,7 @@ static void read_losses(const char *name, double *loss) {
 // DIST_MODE save (W = 2): 10 steps, saved. resume (W = 4): 20 steps
 // uninterrupted, and the checkpoint resumed for steps 11..20.
 static int rank_main(void) {
-  eng_err e = {0};
-  eng_coll *c;
-  CHECK_OK(eng_coll_mpi_open(&c, &e), &e);
+  eng_coll *c = dist_rank_open();
   eng_spec s;
   spec_of(&s);
   s.coll = c;

@@ -85,9 +85,7 @@ static double state_bytes(const eng_spec *s) {
 
 // A rank: the runs its world size divides, rank 0's losses to $DIST_OUT.<W>.<run>.
 static int rank_main(void) {
-  eng_err e = {0};
-  eng_coll *c;
-  CHECK_OK(eng_coll_mpi_open(&c, &e), &e);
+  eng_coll *c = dist_rank_open();
   for (int k = 0; k < RUNS; k++) {
     if (runs[k].micro < c->world) continue;
     eng_spec s;
