@@ -174,7 +174,6 @@ static void on_send(srv_tag *t) {
   if (c->finish_code >= 0) { // a status waited for this message
     grpc_status_code code = (grpc_status_code)c->finish_code;
     c->finish_code = -1;
-  c->fd = -1;
     char *msg = c->finish_msg;
     c->finish_msg = NULL;
     srv_finish(c, code, "%s", msg ? msg : "");
