@@ -50,15 +50,16 @@ static int by_value(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-// The median seconds of an all-reduce of buf[n] (five, after one to warm up).
-static int reduce_secs(eng_coll *c, float *buf, size_t n, double *secs, eng_err *e) {
+// The median seconds of `calls` all-reduces of buf[n] after one another,
+// call k on buf + k n (five, after one to warm up).
+static int reduce_secs(eng_coll *c, float *buf, size_t n, int calls, double *secs, eng_err *e) {
   enum { RUNS = 5 };
   double t[RUNS + 1];
   int rc = 0;
   for (int i = 0; !rc && i <= RUNS; i++) {
     rc = c->ops->barrier(c, e);
     double t0 = eng_now();
-    if (!rc) rc = c->ops->all_reduce(c, buf, n, ENG_COLL_F32, e);
+    for (int k = 0; !rc && k < calls; k++) rc = c->ops->all_reduce(c, buf + (size_t)k * n, n, ENG_COLL_F32, e);
     t[i] = eng_now() - t0;
   }
   qsort(t + 1, RUNS, sizeof *t, by_value);
@@ -66,18 +67,19 @@ static int reduce_secs(eng_coll *c, float *buf, size_t n, double *secs, eng_err 
   return rc;
 }
 
-int eng_coll_rate(eng_coll *c, size_t bytes, double *bps, double *latency, eng_err *e) {
+int eng_coll_rate(eng_coll *c, size_t bytes, int calls, double *bps, double *latency, eng_err *e) {
   const size_t n = bytes / sizeof(float) > 16 ? bytes / sizeof(float) : 16;
-  float *buf = malloc(n * sizeof *buf);
-  if (!buf) return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes to measure the all-reduce", bytes);
-  for (size_t i = 0; i < n; i++) buf[i] = 1.0f; // pages of their own (untouched ones all read the zero page)
-  double m[2], big;
-  int rc = reduce_secs(c, buf, 16, &m[0], e);
-  if (!rc) rc = reduce_secs(c, buf, n, &big, e);
+  if (calls < 1) calls = 1;
+  float *buf = malloc(n * (size_t)calls * sizeof *buf);
+  if (!buf) return eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes to measure the all-reduce", bytes * calls);
+  for (size_t i = 0; i < n * (size_t)calls; i++) buf[i] = 1.0f; // pages of their own (untouched ones all read the zero page)
+  double m[2], all;
+  int rc = reduce_secs(c, buf, 16, 1, &m[0], e);
+  if (!rc) rc = reduce_secs(c, buf, n, calls, &all, e);
   free(buf);
   if (rc) return rc;
-  double moved = 2.0 * (c->world - 1) / c->world * (double)(n * sizeof(float));
-  m[1] = moved / (big > m[0] ? big - m[0] : big);
+  double moved = 2.0 * (c->world - 1) / c->world * (double)(n * sizeof(float)) * calls, busy = all - calls * m[0];
+  m[1] = moved / (busy > 0 ? busy : all);
   if ((rc = c->ops->broadcast(c, m, 2, ENG_COLL_F64, 0, e))) return rc; // rank 0's
   *latency = m[0];
   *bps = m[1];

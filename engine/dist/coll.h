@@ -62,10 +62,11 @@ size_t eng_coll_dtype_bytes(eng_coll_dtype t);
 void eng_coll_sum_ranks(void *dst, const void *parts, size_t n, int world, eng_coll_dtype t);
 // The cost of c's all-reduce as the planner counts it (plan/profile.h
 // comm_bps, comm_latency): the seconds of one on 16 values, and the rate of
-// one on `bytes` of fp32 values beyond that, as 2 (W - 1) / W of the buffer
-// per second. Rank 0's medians of five (after one to warm up), the same on
-// every rank. Every rank calls it.
-int eng_coll_rate(eng_coll *c, size_t bytes, double *bps, double *latency, eng_err *e);
+// `calls` of them in a row, each on its own `bytes` of fp32 values (as a
+// step sums its shards), beyond those seconds, as 2 (W - 1) / W of the
+// buffers per second. Rank 0's medians of five (after one to warm up), the
+// same on every rank. Every rank calls it.
+int eng_coll_rate(eng_coll *c, size_t bytes, int calls, double *bps, double *latency, eng_err *e);
 
 // MPI (the cpu backend): initialises MPI unless the process already did
 // (threads: MPI_THREAD_SERIALIZED: one thread at a time calls c), over

@@ -215,12 +215,13 @@ static int plan_auto(const eng_spec *s, const char *model_name, double calibrate
   const int W = coll ? coll->world : 1, share = s->batch / W;
   int untied, rc = s->model_dir ? eng_hf_load_config(NULL, s->model_dir, &c, &untied, e) : 0;
   if (!rc) rc = eng_profile_calibrate_cpu(&c, share, s->seq_len, (double)s->device_cap, calibrate, &prof, e);
-  if (!rc && W > 1) { // at the size the run sums (its gradients), up to 64 MiB
+  if (!rc && W > 1) { // as a step sums: a layer's gradients a call, a call per shard (up to 64 MiB)
     eng_layout lo;
     eng_layout_init(&lo, &c);
-    size_t bytes = lo.total_numel * sizeof(float);
-    rc = eng_coll_rate(coll, bytes < ((size_t)64 << 20) ? bytes : (size_t)64 << 20, &prof.comm_bps,
-                       &prof.comm_latency, e);
+    const size_t bytes = lo.layer_numel * sizeof(float), most = (size_t)64 << 20;
+    int calls = lo.n_shards;
+    if ((size_t)calls * bytes > most) calls = bytes < most ? (int)(most / bytes) : 1;
+    rc = eng_coll_rate(coll, bytes, calls, &prof.comm_bps, &prof.comm_latency, e);
   }
   if (rc) return rc;
   eng_profile_set_nvme(&prof, prof.d2h, prof.d2h, 0);

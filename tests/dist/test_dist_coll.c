@@ -147,6 +147,18 @@ int main(void) {
   CHECK(c->rank == env.rank && c->world == env.world, "MPI says rank %d of %d, the launcher %d of %d", c->rank,
         c->world, env.rank, env.world);
   check_all(c);
+  // The planner's measure of the all-reduce: finite, positive, rank 0's on
+  // every rank.
+  double rate[2];
+  CHECK_OK(eng_coll_rate(c, (size_t)1 << 20, 3, &rate[0], &rate[1], &e), &e);
+  double r0[2] = {rate[0], rate[1]};
+  CHECK(rate[0] > 0 && isfinite(rate[0]) && rate[1] > 0 && isfinite(rate[1]), "rank %d: eng_coll_rate %g B/s, %g s",
+        c->rank, rate[0], rate[1]);
+  CHECK_OK(c->ops->broadcast(c, r0, 2, ENG_COLL_F64, 0, &e), &e);
+  CHECK(!memcmp(r0, rate, sizeof rate), "rank %d: its rate is not rank 0's", c->rank);
+  if (c->rank == 0)
+    printf("world %d: all-reduce %.2f GB/s (2 (W - 1) / W of the buffer), %.1f us a call\n", c->world, rate[0] / 1e9,
+           rate[1] * 1e6);
   c->ops->close(c);
   return 0;
 }
