@@ -150,6 +150,8 @@ static int plan_check(const eng_spec *s, const eng_config *c, eng_err *e) {
   if (W > 1) snprintf(over, sizeof over, " over %d ranks", W);
   if (!p->bnd || !p->keep_inner) BAD("has no boundaries (not made by eng_plan_init, eng_plan_load or the planner)");
   if (p->n_layers != c->n_layers) BAD("n_layers is %d, the model has %d layers", p->n_layers, c->n_layers);
+  if (p->ranks != W && p->ranks == 1) BAD("was made for one process, this run has %d ranks", W);
+  if (p->ranks != W && W == 1) BAD("was made for %d ranks, this run is one process", p->ranks);
   if (p->ranks != W) BAD("was made for %d ranks, this run has %d", p->ranks, W);
   if (p->batch * W != s->batch) BAD("batch is %d, the spec's batch is %d%s", p->batch, s->batch, over);
   if (p->seq_len != s->seq_len) BAD("seq_len is %d, the spec's seq_len is %d", p->seq_len, s->seq_len);

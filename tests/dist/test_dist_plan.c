@@ -114,7 +114,7 @@ static void check_cost(const eng_spec *s) {
   one_proc.plan = &back;
   eng_run *r = NULL;
   int rc = eng_open(&one_proc, &r, &e);
-  CHECK(rc == ENG_EINVAL && strstr(e.msg, "made for 2 ranks, this run has 1"), "one process ran a W=2 plan: %d %s",
+  CHECK(rc == ENG_EINVAL && strstr(e.msg, "made for 2 ranks, this run is one process"), "one process ran a W=2 plan: %d %s",
         rc, e.msg);
   eng_plan_free(&back);
   eng_plan_free(&pl);
