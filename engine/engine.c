@@ -1022,18 +1022,21 @@ static void copies_free(float **copies, int n) {
 }
 
 // A master in parts (data parallel with a working copy): every shard
-// gathered whole into *copies, which the caller frees.
+// gathered whole into *copies (freed by the caller), which rank 0 writes;
+// the other ranks take part in the gathers through one shard's buffer.
 static int gathered_shards(eng_run *r, const float **ws, float ***copies, eng_err *e) {
-  const int n = r->model.lo.n_shards;
+  const int n = r->model.lo.n_shards, keep = eng_run_dist_rank(&r->spec) == 0;
   if (!(*copies = calloc((size_t)n, sizeof **copies)))
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate %d shard pointers", n);
+  size_t most = 0;
+  for (int s = 0; s < n; s++) most = r->model.shards[s].numel > most ? r->model.shards[s].numel : most;
   int rc = 0;
   for (int s = 0; !rc && s < n; s++) {
-    size_t bytes = r->model.shards[s].numel * sizeof(float);
-    if (!((*copies)[s] = malloc(bytes ? bytes : 1)))
+    size_t bytes = (keep ? r->model.shards[s].numel : most) * sizeof(float);
+    if ((keep || s == 0) && !((*copies)[s] = malloc(bytes ? bytes : 1)))
       rc = eng_err_set(e, ENG_ENOMEM, "cannot allocate %zu bytes to gather shard %d's weights", bytes, s);
-    if (!rc) rc = eng_run_dist_shard_get(r, s, (*copies)[s], e);
-    ws[s] = (*copies)[s];
+    ws[s] = (*copies)[keep ? s : 0];
+    if (!rc) rc = eng_run_dist_shard_get(r, s, (float *)ws[s], e);
   }
   return rc;
 }
