@@ -94,6 +94,13 @@ void api_cancel(srv_call *c, ProtobufCMessage *req) {
 // instead of holding the loop while it walks everything.
 enum { LIST_SCAN_MAX = 4096 };
 
+// ListJobsResponse.jobs's field number, as the descriptor has it.
+static uint32_t jobs_field(void) {
+  static uint32_t id;
+  if (!id) id = protobuf_c_message_descriptor_get_field_by_name(&traind__v1__list_jobs_response__descriptor, "jobs")->id;
+  return id;
+}
+
 void api_list(srv_call *c, ProtobufCMessage *req) {
   T(ListJobsRequest) *r = (T(ListJobsRequest) *)req;
   traind *d = srv_call_data(c);
@@ -112,11 +119,15 @@ void api_list(srv_call *c, ProtobufCMessage *req) {
       else hi = mid;
     }
   }
-  T(Job) *pbs = calloc(page, sizeof *pbs);
-  T(Job) **ptrs = calloc(page, sizeof *ptrs);
-  T(ModelConfig) *models = calloc(page, sizeof *models);
-  T(Progress) *progs = calloc(page, sizeof *progs);
-  if (!pbs || !ptrs || !models || !progs) {
+  // Without specs the jobs go in as their cached encodings (job_view), as
+  // raw elements of the jobs field; with them, each is encoded here.
+  int raw = !r->include_spec;
+  ProtobufCMessageUnknownField *views = raw ? calloc(page, sizeof *views) : NULL;
+  T(Job) *pbs = raw ? NULL : calloc(page, sizeof *pbs);
+  T(Job) **ptrs = raw ? NULL : calloc(page, sizeof *ptrs);
+  T(ModelConfig) *models = raw ? NULL : calloc(page, sizeof *models);
+  T(Progress) *progs = raw ? NULL : calloc(page, sizeof *progs);
+  if (raw ? !views : !pbs || !ptrs || !models || !progs) {
     srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "page_size: out of memory for %zu jobs", page);
     goto out;
   }
@@ -126,23 +137,39 @@ void api_list(srv_call *c, ProtobufCMessage *req) {
   owner_name(who, me);
   size_t n = 0, i = hi, scanned = 0;
   while (i > 0 && n < page && scanned < LIST_SCAN_MAX) {
-    const job *j = d->all[--i];
+    job *j = d->all[--i];
     scanned++;
     if (!admin && (!*j->owner || strcmp(j->owner, me))) continue;
     int match = r->n_states == 0;
     for (size_t k = 0; k < r->n_states && !match; k++) match = (job_state)r->states[k] == j->state;
     if (!match) continue;
-    job_pb(j, r->include_spec, &pbs[n], &models[n], &progs[n]);
-    ptrs[n] = &pbs[n];
+    if (raw) {
+      size_t len;
+      const uint8_t *v = job_view(j, &len);
+      if (!v) {
+        srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "page_size: out of memory for %zu jobs", page);
+        goto out;
+      }
+      views[n] = (ProtobufCMessageUnknownField){jobs_field(), PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED, len, (uint8_t *)v};
+    } else {
+      job_pb(j, 1, &pbs[n], &models[n], &progs[n]);
+      ptrs[n] = &pbs[n];
+    }
     n++;
   }
   T(ListJobsResponse) resp = K(LIST_JOBS_RESPONSE__INIT);
-  resp.n_jobs = n;
-  resp.jobs = ptrs;
+  if (raw) {
+    resp.base.n_unknown_fields = (unsigned)n;
+    resp.base.unknown_fields = views;
+  } else {
+    resp.n_jobs = n;
+    resp.jobs = ptrs;
+  }
   // More may follow unless the walk reached the oldest job.
   resp.next_page_token = i > 0 ? d->all[i]->id : "";
   srv_reply(c, &resp.base);
 out:
+  free(views);
   free(pbs);
   free(ptrs);
   free(models);

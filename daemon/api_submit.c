@@ -96,6 +96,7 @@ void api_submit(srv_call *c, ProtobufCMessage *req) {
     srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "request: out of memory");
     return;
   }
+  job_touch(j);
   j->progress.total_steps = total;
   eng_err ee = {0};
   if (job_save(d, j, &ee)) {

@@ -18,6 +18,7 @@ typedef struct op {
   size_t n;
   uint32_t state;
   int64_t order;
+  int fresh;
   uint64_t seq;
 } op;
 
@@ -101,7 +102,7 @@ static int round_write(store *st, op **ops, eng_err *e) {
   if (!v) return eng_err_set(e, ENG_ENOMEM, "cannot allocate a round of %zu writes", n);
   size_t i = 0;
   for (op *o = *ops; o; o = o->next)
-    v[i++] = (store_op){o->kind, o->job, o->bytes, o->n, o->state, o->order, o->seq};
+    v[i++] = (store_op){o->kind, o->job, o->bytes, o->n, o->state, o->order, o->fresh, o->seq};
   int rc = store_ops_write(st, v, n, e);
   free(v);
   if (rc) return rc;
@@ -252,11 +253,12 @@ static op *op_new(store_op_kind kind, const char *job, void *bytes, size_t n) {
   return o;
 }
 
-void commit_job_put(commit *c, const char *job, void *rec, size_t n, uint32_t state, int64_t order) {
+void commit_job_put(commit *c, const char *job, void *rec, size_t n, uint32_t state, int64_t order, int fresh) {
   op *o = op_new(STORE_OP_JOB_PUT, job, rec, n);
   if (!o) return;
   o->state = state;
   o->order = order;
+  o->fresh = fresh;
   enqueue(c, o);
 }
 

@@ -30,7 +30,8 @@ int commit_start(commit **out, uv_loop_t *loop, store *st);
 // Queue a write (loop thread); rec and ev are malloc'd and taken. The job
 // record as store_job_put takes it, the job's removal (store_job_delete),
 // an event at the sequence number the loop gave it (store_event_put).
-void commit_job_put(commit *c, const char *job, void *rec, size_t n, uint32_t state, int64_t order);
+// fresh: the job's first record (store_op.fresh).
+void commit_job_put(commit *c, const char *job, void *rec, size_t n, uint32_t state, int64_t order, int fresh);
 void commit_job_delete(commit *c, const char *job);
 void commit_event_put(commit *c, const char *job, uint64_t seq, void *ev, size_t n);
 // fn(arg) runs on the loop once every write queued so far is durable: later,

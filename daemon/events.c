@@ -37,6 +37,7 @@ static int append(traind *d, job *j, T(JobEvent) *ev) {
   protobuf_c_message_pack(&ev->base, buf);
   // The loop is the log's one writer: it numbers the events; watchers read
   // them back from the store once they are there.
+  job_touch(j);
   j->last_seq++;
   commit_event_put(d->commit, j->id, j->last_seq, buf, n);
   wake *w = malloc(sizeof *w);

@@ -107,6 +107,7 @@ job *job_new(traind *d, T(SubmitJobRequest) *req, const char *owner, const eng_c
 }
 
 static void job_free(job *j) {
+  job_touch(j);
   if (j->spec) protobuf_c_message_free_unpacked(&j->spec->base, NULL);
   free(j->request_id);
   free(j->request_key);
@@ -211,6 +212,45 @@ static uint8_t *pack(const ProtobufCMessage *m, size_t *n) {
   return buf;
 }
 
+// The view's encoding: a base-128 length, then the message.
+static uint8_t *view_pack(const job *j, size_t *n) {
+  T(Job) pb;
+  T(ModelConfig) model;
+  T(Progress) progress;
+  job_pb(j, 0, &pb, &model, &progress);
+  size_t body = protobuf_c_message_get_packed_size(&pb.base), head = 0;
+  uint8_t len[10];
+  for (size_t v = body; head == 0 || v; v >>= 7) len[head++] = (uint8_t)((v & 0x7f) | (v >> 7 ? 0x80 : 0));
+  uint8_t *buf = malloc(head + body);
+  if (!buf) return NULL;
+  memcpy(buf, len, head);
+  protobuf_c_message_pack(&pb.base, buf + head);
+  *n = head + body;
+  return buf;
+}
+
+const uint8_t *job_view(job *j, size_t *n) {
+#ifdef TRAIND_VERIFY_CACHES
+  if (j->view) {
+    size_t fn = 0;
+    uint8_t *fresh = view_pack(j, &fn);
+    if (fresh && (fn != j->view_n || memcmp(fresh, j->view, fn))) {
+      log_err("job %s: its cached view is stale: a change to it came without job_touch", j->id);
+      abort();
+    }
+    free(fresh);
+  }
+#endif
+  if (!j->view) j->view = view_pack(j, &j->view_n);
+  *n = j->view_n;
+  return j->view;
+}
+
+void job_touch(job *j) {
+  free(j->view);
+  j->view = NULL;
+}
+
 uint8_t *job_submission_bytes(const T(SubmitJobRequest) *r, size_t *n) {
   T(SubmitJobRequest) c = *r;
   c.request_id = "";
@@ -233,7 +273,8 @@ int job_save(traind *d, job *j, eng_err *e) {
   size_t n;
   uint8_t *buf = pack(&rec.base, &n);
   if (!buf) return eng_err_set(e, ENG_ENOMEM, "job %s: cannot allocate its record", j->id);
-  commit_job_put(d->commit, j->id, buf, n, (uint32_t)j->state, j->state == JS(QUEUED) ? j->order : -1);
+  commit_job_put(d->commit, j->id, buf, n, (uint32_t)j->state, j->state == JS(QUEUED) ? j->order : -1, !j->saved);
+  j->saved = 1;
   return 0;
 }
 
@@ -266,6 +307,7 @@ static job *job_from_record(const char *id, const void *buf, size_t n) {
     return NULL;
   }
   snprintf(j->id, sizeof j->id, "%s", id);
+  j->saved = 1;
   j->spec = r->spec;
   r->spec = NULL;
   j->priority = r->priority;

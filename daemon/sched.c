@@ -55,6 +55,7 @@ void sched_dequeue(traind *d, job *j) {
 // ---- state --------------------------------------------------------------------------
 
 int sched_set_state(traind *d, job *j, job_state st, const char *reason) {
+  job_touch(j);
   j->state = st;
   if (job_finished(j)) j->finished_ms = now_ms();
   eng_err e = {0};
@@ -145,6 +146,7 @@ void sched_kick(traind *d) {
       log_err("job %s: out of memory starting it; it stays queued", j->id);
       return;
     }
+    job_touch(j);
     j->progress.total_steps = plan.total_steps;
     j->attempts++;
     if (!j->started_ms) j->started_ms = now_ms();
@@ -312,6 +314,7 @@ static void on_runner(runner *r, runner_msg *m, void *data) {
   traind *d = data;
   job *j = job_find(d, m->job); // running jobs are never deleted
   eng_err e = {0};
+  if (j) job_touch(j); // every report changes what the job shows
   if (j) switch (m->kind) {
     case RUN_STARTED:
       j->params = m->params;
@@ -371,6 +374,7 @@ int sched_start(traind *d) {
       // The daemon died while the job ran (a kill, the OOM killer, a bug):
       // a job that brings it down every time must not do so forever and
       // starve the queue behind it.
+      job_touch(j);
       j->crashes++;
       if (j->crashes >= d->cfg.max_crashes) {
         snprintf(reason, sizeof reason, "the daemon died while running this job (%d times)", j->crashes);

@@ -55,6 +55,9 @@ typedef struct job {
   Traind__V1__Compute *compute; // what it spent (jobs.c job_compute_step); protobuf-c's
                                 // layout, malloc'ed, freed as an unpacked message
   // ---- runtime only ----
+  int saved;                    // its record was queued for the store once (or loaded from it)
+  uint8_t *view;                // job_view's bytes, NULL until asked for and after job_touch
+  size_t view_n;
   char *timeline;               // the last measured step as SVG (GetTimeline), and its step
   int64_t timeline_step;
   char *timeline_plan;          // the plan's predicted step as SVG, when planned in this run
@@ -115,6 +118,15 @@ int job_finished(const job *j);
 // buffers (pack it, never free it). with_spec = 0 leaves spec NULL.
 void job_pb(const job *j, int with_spec, Traind__V1__Job *out, Traind__V1__ModelConfig *model_buf,
             Traind__V1__Progress *progress_buf);
+// The job as ListJobs shows it (job_pb without the spec), encoded with its
+// length prefix as a repeated field's element; kept until job_touch, since
+// lists encode the same unchanged jobs again and again. NULL when out of
+// memory.
+const uint8_t *job_view(job *j, size_t *n);
+// Every change to a field job_pb reads comes with this (jobs.c, events.c,
+// sched.c); builds with TRAIND_VERIFY_CACHES check each view against a
+// fresh encoding.
+void job_touch(job *j);
 // The canonical bytes of the submission (request_id left out), to compare
 // an idempotent retry with. malloc'd.
 uint8_t *job_submission_bytes(const Traind__V1__SubmitJobRequest *r, size_t *n);

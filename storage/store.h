@@ -117,6 +117,8 @@ typedef struct store_op {
   size_t n;
   uint32_t state;    // JOB_PUT: as store_job_put takes them
   int64_t order;
+  int fresh;         // JOB_PUT: the job has no record yet (its first put), so
+                     // no old index entries are read back to be removed
   uint64_t seq;      // EVENT_PUT
 } store_op;
 int store_ops_write(store *s, const store_op *ops, size_t n, eng_err *e);

@@ -63,8 +63,9 @@ static seen *seen_slot(seen *t, size_t cap, const char *job) {
 
 // Adds the deletion of the job's index entries to b, as the batch so far
 // (sn, when it touched the job) or else its stored record names them:
-// nothing when the job has no record yet. 0 or an error.
-static int unindex(store *s, rocksdb_writebatch_t *b, const char *job, const seen *sn, eng_err *e) {
+// nothing when the job has no record yet (fresh: known without a read).
+// 0 or an error.
+static int unindex(store *s, rocksdb_writebatch_t *b, const char *job, const seen *sn, int fresh, eng_err *e) {
   char *v = NULL;
   size_t n;
   uint32_t state;
@@ -72,6 +73,8 @@ static int unindex(store *s, rocksdb_writebatch_t *b, const char *job, const see
   if (sn->job) {
     if (!sn->present) return 0;
     state = sn->state, order = sn->order;
+  } else if (fresh) {
+    return 0;
   } else {
     int rc = read_record(s, job, &v, &n, e);
     if (rc) return rc > 0 ? 0 : rc;
@@ -97,7 +100,7 @@ static void delete_prefix(store *s, rocksdb_writebatch_t *b, int cf, int tag, co
 }
 
 static int batch_put(store *s, rocksdb_writebatch_t *b, const store_op *o, seen *sn, eng_err *e) {
-  int rc = unindex(s, b, o->job, sn, e);
+  int rc = unindex(s, b, o->job, sn, o->fresh, e);
   if (rc) return rc;
   skey h = {.n = 0};
   key_be32(&h, o->state);
@@ -116,7 +119,7 @@ static int batch_put(store *s, rocksdb_writebatch_t *b, const store_op *o, seen 
 }
 
 static int batch_delete(store *s, rocksdb_writebatch_t *b, const store_op *o, seen *sn, eng_err *e) {
-  int rc = unindex(s, b, o->job, sn, e);
+  int rc = unindex(s, b, o->job, sn, 0, e);
   if (rc) return rc;
   delete_prefix(s, b, CF_JOBS, 'R', o->job);
   delete_prefix(s, b, CF_JOBS, 'C', o->job);

@@ -62,7 +62,7 @@ static void run_until(uv_loop_t *loop, seen *s) {
 static void put(commit *c, const char *job) {
   char *rec = strdup(job);
   CHECK(rec, "out of memory");
-  commit_job_put(c, job, rec, strlen(rec), 1, 0);
+  commit_job_put(c, job, rec, strlen(rec), 1, 0, 0);
 }
 
 int main(void) {

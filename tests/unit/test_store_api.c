@@ -80,12 +80,13 @@ static void jobs(store *st) {
 }
 
 // One batch that writes the same jobs more than once: each is indexed as its
-// last write in the batch says, and a failed id leaves nothing written.
+// last write in the batch says, also after a first put marked fresh (no read
+// of a stored record), and a failed id leaves nothing written.
 static void batch(store *st) {
   store_op ops[] = {
-      {.kind = STORE_OP_JOB_PUT, .job = "b1", .bytes = "q", .n = 1, .state = 7, .order = 40},
+      {.kind = STORE_OP_JOB_PUT, .job = "b1", .bytes = "q", .n = 1, .state = 7, .order = 40, .fresh = 1},
       {.kind = STORE_OP_EVENT_PUT, .job = "b1", .bytes = "e1", .n = 2, .seq = 1},
-      {.kind = STORE_OP_JOB_PUT, .job = "b2", .bytes = "q", .n = 1, .state = 7, .order = 41},
+      {.kind = STORE_OP_JOB_PUT, .job = "b2", .bytes = "q", .n = 1, .state = 7, .order = 41, .fresh = 1},
       {.kind = STORE_OP_JOB_PUT, .job = "b1", .bytes = "run", .n = 3, .state = 8, .order = -1},
       {.kind = STORE_OP_JOB_DELETE, .job = "b2"},
       {.kind = STORE_OP_JOB_PUT, .job = "b3", .bytes = "x", .n = 1, .state = 7, .order = 42},
@@ -105,6 +106,11 @@ static void batch(store *st) {
   CHECK_OK(store_job_get(st, "b3", &rec, &n, NULL, NULL, &e), &e);
   CHECK(n == 5 && !memcmp(rec, "again", 5), "b3 is its last write");
   free(rec);
+  // A later batch finds b1's entries from its stored record.
+  store_op back = {.kind = STORE_OP_JOB_PUT, .job = "b1", .bytes = "q", .n = 1, .state = 7, .order = 50};
+  CHECK_OK(store_ops_write(st, &back, 1, &e), &e);
+  s7 = by_state(st, 7), s8 = by_state(st, 8);
+  CHECK(s7.n == 2 && s8.n == 0, "b1 moved from state 8 to 7 (got %d and %d)", s7.n, s8.n);
   store_op bad[] = {{.kind = STORE_OP_JOB_PUT, .job = "b4", .bytes = "x", .n = 1, .state = 7, .order = 44},
                     {.kind = STORE_OP_JOB_PUT, .job = "bad/id", .bytes = "x", .n = 1, .state = 7, .order = 45}};
   CHECK(store_ops_write(st, bad, 2, &e) == ENG_EINVAL && strstr(e.msg, "bad/id"), "a bad id refuses the batch");
