@@ -17,7 +17,7 @@ void cfg_unset(cfg *o) {
   o->max_message_bytes = o->retention_jobs = o->drain_timeout_s = -1;
   o->checkpoint_every = o->checkpoint_keep = o->metrics_interval_ms = o->log_level = -1;
   o->retention_age_s = o->cpu_memory_bytes = o->host_memory_bytes = -1;
-  o->max_crashes = o->max_queued_jobs = o->runner_nice = -1;
+  o->max_crashes = o->max_queued_jobs = o->runner_nice = o->runner_idle = -1;
 }
 
 void cfg_free(cfg *c) {
@@ -107,6 +107,7 @@ static int apply(cfg *c, const char *key, const char *v, char *err, size_t errle
   INT_KEY("max_crashes", 1, 1000, 0, max_crashes)
   INT_KEY("max_queued_jobs", 1, 10000000, 0, max_queued_jobs)
   INT_KEY("runner_nice", 0, 19, 0, runner_nice)
+  INT_KEY("runner_idle", 0, 1, 0, runner_idle)
 #undef INT_KEY
   if (!strcmp(key, "socket_mode")) {
     char *end;
@@ -230,6 +231,7 @@ int cfg_load(cfg *c, const char *path, const cfg *over, char *err, size_t errlen
   c->max_crashes = 3;
   c->max_queued_jobs = 10000;
   c->runner_nice = 10;
+  c->runner_idle = 1;
   c->log_level = LOG_LVL_INFO;
   if (path && load_file(c, path, err, errlen)) return -1;
   if (over) {
@@ -251,6 +253,7 @@ int cfg_load(cfg *c, const char *path, const cfg *over, char *err, size_t errlen
     NUM(max_message_bytes) NUM(max_connections) NUM(max_streams) NUM(retention_jobs) NUM(retention_age_s)
     NUM(drain_timeout_s) NUM(checkpoint_every) NUM(checkpoint_keep) NUM(cpu_memory_bytes) NUM(metrics_interval_ms)
     NUM(log_level) NUM(host_memory_bytes) NUM(max_crashes) NUM(max_queued_jobs) NUM(runner_nice)
+    NUM(runner_idle)
 #undef NUM
   }
   return finish(c, err, errlen);

@@ -40,6 +40,7 @@ typedef struct cfg {
   int max_crashes;          // a job during which the daemon died this many times fails (3)
   int max_queued_jobs;      // submissions beyond this many queued jobs are refused (10000)
   int runner_nice;          // niceness of a job's threads (10): clients are answered first
+  int runner_idle;          // 1 (default): a job's threads run SCHED_IDLE (runner.c)
   int log_level;            // LOG_LVL_*
 } cfg;
 

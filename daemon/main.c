@@ -290,11 +290,11 @@ static void print_config(const cfg *c) {
   printf("max_message_bytes = %d\nmax_connections = %d\nmax_streams = %d\nretention_jobs = %d\nretention_age_s = %lld\n"
          "drain_timeout_s = %d\ncheckpoint_every = %d\ncheckpoint_keep = %d\ncpu_memory_bytes = %lld\n"
          "metrics_interval_ms = %d\nhost_memory_bytes = %lld\nmax_crashes = %d\nmax_queued_jobs = %d\n"
-         "runner_nice = %d\n",
+         "runner_nice = %d\nrunner_idle = %d\n",
          c->max_message_bytes, c->max_connections, c->max_streams, c->retention_jobs, (long long)c->retention_age_s,
          c->drain_timeout_s, c->checkpoint_every, c->checkpoint_keep, (long long)c->cpu_memory_bytes,
          c->metrics_interval_ms, (long long)c->host_memory_bytes, c->max_crashes, c->max_queued_jobs,
-         c->runner_nice);
+         c->runner_nice, c->runner_idle);
 }
 
 // Descriptors: the soft limit raised to the hard one (systemd's soft 1024

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ struct runner {
   char work_job[STORE_JOB_MAX + 1];
   spec_plan plan;
   int nice;                        // the job's threads' niceness
+  int idle;                        // and whether they run SCHED_IDLE
   runner_msg *done_msg;            // the RUN_DONE report, allocated by runner_start
   volatile int cancel;             // the engine polls it once per layer
   volatile int stop;               // with cancel: checkpoint and stop instead
@@ -109,10 +111,21 @@ static void on_note(void *ctx, const char *line) {
 }
 
 // The engine's threads (copy lanes, optimizer, OpenMP) are started from this
-// one and inherit its niceness: on busy cores the loop, the gRPC and the
-// commit threads answer clients ahead of a training step (config
-// runner_nice). Nice values are per thread on Linux.
-static void set_nice(runner *r) {
+// one and inherit its policy and niceness (both per thread on Linux), so
+// that on busy cores the loop, the gRPC and the commit threads answer
+// clients ahead of a training step. A nice value (runner_nice) only weighs
+// shares: the scheduler wakes a thread on the core its waker runs on and
+// leaves it queued there behind the other woken threads while the second
+// core runs a niced step (perf sched under tests/bench/api.sh: the API
+// threads waited up to 7 ms on one core, the runner had the other). A core
+// that runs only SCHED_IDLE threads counts as idle, and a woken thread
+// takes it at once (runner_idle, the default).
+static void set_sched(runner *r) {
+  int policy = r->idle ? SCHED_IDLE : SCHED_OTHER;
+  struct sched_param sp = {0};
+  if (sched_getscheduler(0) != policy && sched_setscheduler(0, policy, &sp))
+    log_warn("job %s: its threads stay %s: %s (leaving SCHED_IDLE takes CAP_SYS_NICE or a restart)", r->work_job,
+             r->idle ? "off SCHED_IDLE" : "SCHED_IDLE", strerror(errno));
   if (getpriority(PRIO_PROCESS, (id_t)gettid()) == r->nice) return;
   if (setpriority(PRIO_PROCESS, (id_t)gettid(), r->nice))
     log_warn("job %s: its threads stay at niceness %d, not runner_nice %d: %s (lowering it takes CAP_SYS_NICE or a "
@@ -122,7 +135,7 @@ static void set_nice(runner *r) {
 static void run_job(runner *r) {
   spec_plan *p = &r->plan;
   eng_err e = {0};
-  set_nice(r);
+  set_sched(r);
   eng_store st;
   if (store_engine_open(&st, r->st, r->work_job, p->ckpt_keep, &e)) {
     set_done(r, RUN_FAILED, 0, e.msg);
@@ -240,7 +253,7 @@ int runner_create(runner **out, uv_loop_t *loop, store *st, planning *planning, 
   return 0;
 }
 
-int runner_start(runner *r, const char *job, spec_plan *plan, int nice) {
+int runner_start(runner *r, const char *job, spec_plan *plan, int nice, int idle) {
   runner_msg *done = calloc(1, sizeof *done);
   if (!done) return -1;
   done->kind = RUN_DONE;
@@ -252,6 +265,7 @@ int runner_start(runner *r, const char *job, spec_plan *plan, int nice) {
   r->plan = *plan;
   memset(plan, 0, sizeof *plan);
   r->nice = nice;
+  r->idle = idle;
   r->cancel = 0;
   r->stop = 0;
   r->steps = -1;

@@ -38,9 +38,10 @@ typedef void (*runner_fn)(runner *r, runner_msg *msg, void *data);
 
 int runner_create(runner **out, uv_loop_t *loop, store *st, planning *planning, runner_fn fn, void *data);
 // Starts a job on an idle runner and takes the plan (freed when the job is
-// done); the job's threads run at niceness nice. -1 (out of memory): not
-// started, the plan is still the caller's.
-int runner_start(runner *r, const char *job, spec_plan *plan, int nice);
+// done); the job's threads run at niceness nice, under SCHED_IDLE when idle
+// (config runner_nice, runner_idle). -1 (out of memory): not started, the
+// plan is still the caller's.
+int runner_start(runner *r, const char *job, spec_plan *plan, int nice, int idle);
 // Returns the steps the engine had done when the flag went up (-1: the
 // job's run was not loaded yet): the job ends with at most one more, the
 // step then in flight.

@@ -152,7 +152,7 @@ void sched_kick(traind *d) {
     if (!j->started_ms) j->started_ms = now_ms();
     j->last_step_event_ms = 0;
     j->step_s = 0;
-    if (runner_start(d->cpu, j->id, &plan, d->cfg.runner_nice)) {
+    if (runner_start(d->cpu, j->id, &plan, d->cfg.runner_nice, d->cfg.runner_idle)) {
       spec_plan_free(&plan);
       log_err("job %s: out of memory starting it; it stays queued", j->id);
       return;

@@ -3,10 +3,12 @@
 // lower priority, which later resumes from that checkpoint; cancel of a
 // queued job (at once) and of a running one (within the step in flight, by
 // the steps its events name); retention of finished jobs by count and by
-// age; SIGHUP rereads the config file; a job's threads run at runner_nice,
-// the daemon's own at its niceness.
+// age; SIGHUP rereads the config file; a job's threads run at runner_nice
+// (runner_idle = 0), or SCHED_IDLE (the default), the daemon's own at its
+// niceness and policy.
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <sched.h>
 
 #include "e2e/daemon.h"
 
@@ -45,9 +47,12 @@ static void wait_state(const char *id, int state, double timeout_s) {
   }
 }
 
-// Counts the daemon's threads named name (a prefix) at niceness nice and at
-// any other.
-static void threads_at(const char *name, int nice, int *at, int *other) {
+// Fields of /proc/PID/task/TID/stat.
+enum { F_NICE = 19, F_POLICY = 41 };
+
+// Counts the daemon's threads named name (a prefix) whose stat field holds
+// value and those whose field holds another.
+static void threads_at(const char *name, int field_no, int value, int *at, int *other) {
   char path[512], comm[64], stat[1024];
   *at = *other = 0;
   snprintf(path, sizeof path, "/proc/%d/task", (int)t.pid);
@@ -65,22 +70,43 @@ static void threads_at(const char *name, int nice, int *at, int *other) {
     if (!(f = fopen(path, "r"))) continue;
     ok = fgets(stat, sizeof stat, f) != NULL;
     fclose(f);
-    // Field 19 is the nice value; comm (field 2) ends at the last ')'.
+    // comm (field 2) ends at the last ')'.
     const char *p = ok ? strrchr(stat, ')') : NULL;
     int field = 2, n = 0;
-    for (; p && *p && field < 19; p++)
+    for (; p && *p && field < field_no; p++)
       if (*p == ' ') field++;
-    CHECK(p && sscanf(p, "%d", &n) == 1, "no nice value in %s", path);
-    if (n == nice) ++*at;
+    CHECK(p && sscanf(p, "%d", &n) == 1, "no field %d in %s", field_no, path);
+    if (n == value) ++*at;
     else ++*other;
   }
   closedir(dir);
+}
+
+// The running job's threads (the runner, the activation lanes, the weight
+// copies) hold job_value in the stat field, the daemon's own threads
+// own_value.
+static void job_threads(int field, int job_value, int own_value, const char *what) {
+  static const struct {
+    const char *name;
+    int n; // 0: one or more
+  } threads[] = {{"traind-run", 1}, {"traind-lane", 4}, {"traind-copy-", 2},
+                 {"traind-cq", 0},  {"traind-commit", 0}, {"traind-store-io", 0}};
+  for (size_t i = 0; i < sizeof threads / sizeof *threads; i++) {
+    int want = i < 3 ? job_value : own_value, at, other;
+    threads_at(threads[i].name, field, want, &at, &other);
+    CHECK((threads[i].n ? at == threads[i].n : at >= 1) && other == 0, "%s threads at %s %d: %d, at others: %d",
+          threads[i].name, what, want, at, other);
+  }
 }
 
 int main(void) {
   td_init(&t);
   td_set(&t, "retention_jobs=5");
   td_set(&t, "runner_nice=7");
+  FILE *f = fopen(t.conf, "a");
+  CHECK(f, "cannot append to %s", t.conf);
+  fprintf(f, "runner_idle = 0\n");
+  fclose(f);
   td_start(&t);
   const char *lng = td_jobfile("long.yaml", 1000000, 25, NULL);
   const char *shrt = td_jobfile("short.yaml", 5, 5, NULL);
@@ -89,20 +115,11 @@ int main(void) {
   td_wait_step(&t, a, 30, 60);
 
   // The runner and the engine's threads it started (copy lanes, optimizer)
-  // run at runner_nice; the loop, the gRPC and the commit threads do not.
-  int n_at, n_other;
-  threads_at("traind-run", 7, &n_at, &n_other);
-  CHECK(n_at == 1 && n_other == 0, "runner threads at niceness 7: %d, at others: %d", n_at, n_other);
-  threads_at("traind-lane", 7, &n_at, &n_other);
-  CHECK(n_at == 4 && n_other == 0, "activation lane threads at niceness 7: %d, at others: %d", n_at, n_other);
-  threads_at("traind-copy-", 7, &n_at, &n_other);
-  CHECK(n_at == 2 && n_other == 0, "weight copy threads at niceness 7: %d, at others: %d", n_at, n_other);
-  const char *own[] = {"traind-cq", "traind-commit", "traind-store-io"};
-  for (int i = 0; i < 3; i++) {
-    threads_at(own[i], 0, &n_at, &n_other);
-    CHECK(n_at >= 1 && n_other == 0, "%s threads at niceness 0: %d, at others: %d", own[i], n_at, n_other);
-  }
-  printf("a running job's threads at niceness 7, the daemon's at 0\n");
+  // run at runner_nice, not SCHED_IDLE (runner_idle = 0 in the file); the
+  // loop, the gRPC and the commit threads at neither.
+  job_threads(F_NICE, 7, 0, "niceness");
+  job_threads(F_POLICY, SCHED_OTHER, SCHED_OTHER, "policy");
+  printf("runner_idle = 0: a running job's threads at niceness 7, the daemon's at 0, all SCHED_OTHER\n");
   snprintf(b, sizeof b, "%s", td_submit(&t, shrt, "--priority 0"));
   snprintf(c, sizeof c, "%s", td_submit(&t, shrt, "--priority 5"));
   snprintf(d, sizeof d, "%s", td_submit(&t, shrt, "--priority 0"));
@@ -165,8 +182,9 @@ int main(void) {
   protobuf_c_message_free_unpacked(&jb->base, NULL);
   printf("retention: the 5 newest finished jobs kept\n");
 
-  // SIGHUP: a new default checkpoint interval applies to the next job.
-  FILE *f = fopen(t.conf, "w");
+  // SIGHUP: a new default checkpoint interval applies to the next job, and
+  // runner_idle, no longer in the file, is back to its default.
+  f = fopen(t.conf, "w");
   fprintf(f, "checkpoint_every = 3\n");
   fclose(f);
   td_reload(&t);
@@ -177,6 +195,13 @@ int main(void) {
   CHECK(strstr(logs, "checkpoint at step 3") && strstr(logs, "checkpoint at step 6") && strstr(logs, "checkpoint at step 7"),
         "the reloaded checkpoint_every did not apply:\n%s", logs);
   printf("SIGHUP: checkpoint_every = 3 applied to the next job\n");
+  char idle[80];
+  snprintf(idle, sizeof idle, "%s", td_submit(&t, lng, NULL));
+  td_wait_step(&t, idle, 2, 60);
+  job_threads(F_POLICY, SCHED_IDLE, SCHED_OTHER, "policy");
+  CHECK(td_ctl(&t, NULL, 0, "cancel %s", idle) == 0, "cancel running %s", idle);
+  wait_state(idle, K(JOB_STATE__JOB_STATE_CANCELLED), 60);
+  printf("runner_idle by default: a running job's threads SCHED_IDLE, the daemon's SCHED_OTHER\n");
 
   // Retention by age: every job has been finished for over a second (a
   // sleep only ever lasts longer) when a reload sets retention_age_s = 1,
