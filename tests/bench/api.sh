@@ -2,9 +2,10 @@
 # API benchmark: a real traind on a Unix socket in a fresh state directory
 # (on the build directory's disk, so that synced writes cost what they
 # cost), a long job keeping the cpu runner busy as in real use, then 64
-# concurrent clients making 10,000 submits with request ids (10% retries,
-# some concurrent with the original) mixed with lists (bench_api_load).
-# Afterwards every request id must have exactly one job.
+# concurrent clients, connected first, making 10,000 submits with request
+# ids (10% retries, some concurrent with the original) mixed with lists
+# (bench_api_load; the latencies are the submits'). Afterwards every request
+# id must have exactly one job.
 # Last line: api: p50 <ms> ms, p99 <ms> ms, <n> lost, <n> duplicated
 set -euo pipefail
 cd "$(dirname "$0")/../.."
