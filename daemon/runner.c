@@ -119,7 +119,9 @@ static void on_note(void *ctx, const char *line) {
 // core runs a niced step (perf sched under tests/bench/api.sh: the API
 // threads waited up to 7 ms on one core, the runner had the other). A core
 // that runs only SCHED_IDLE threads counts as idle, and a woken thread
-// takes it at once (runner_idle, the default).
+// takes it at once (runner_idle, the default). A job's thread preempted
+// while it holds a lock the daemon's threads want (its mailbox, RocksDB's)
+// runs again as soon as they wait for it: waiting, they leave a core idle.
 static void set_sched(runner *r) {
   int policy = r->idle ? SCHED_IDLE : SCHED_OTHER;
   struct sched_param sp = {0};
