@@ -40,7 +40,13 @@ void api_reply_job(srv_call *c, const job *j);
 // the job as it is now, as a Job (submit = 0) or a SubmitJobResponse
 // (submit = 1, created saying whether this call made it): what the answer
 // reports is stored by the time the client hears it. The commit thread
-// sends it.
-void api_reply_durable(srv_call *c, const job *j, int submit, int created);
+// sends it. record: the job as job_save_keep framed it (taken), or NULL to
+// encode it here.
+void api_reply_durable(srv_call *c, const job *j, int submit, int created, uint8_t *record, size_t record_n);
+// A message field's value, already encoded and framed (its length, then
+// the message), as an element protobuf-c packs after the message's own
+// fields: for encodings made once and sent many times.
+ProtobufCMessageUnknownField api_raw_field(const ProtobufCMessageDescriptor *d, const char *field, const uint8_t *framed,
+                                           size_t n);
 
 #endif

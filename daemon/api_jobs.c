@@ -43,17 +43,31 @@ void api_reply_job(srv_call *c, const job *j) {
 
 static void reply_send(void *arg) { srv_reply_send(arg); }
 
-void api_reply_durable(srv_call *c, const job *j, int submit, int created) {
+ProtobufCMessageUnknownField api_raw_field(const ProtobufCMessageDescriptor *d, const char *field, const uint8_t *framed,
+                                           size_t n) {
+  return (ProtobufCMessageUnknownField){protobuf_c_message_descriptor_get_field_by_name(d, field)->id,
+                                        PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED, n, (uint8_t *)framed};
+}
+
+void api_reply_durable(srv_call *c, const job *j, int submit, int created, uint8_t *record, size_t record_n) {
   T(Job) pb;
   T(ModelConfig) model;
   T(Progress) progress;
-  job_pb(j, 1, &pb, &model, &progress);
   T(SubmitJobResponse) resp = K(SUBMIT_JOB_RESPONSE__INIT);
-  resp.job = &pb;
   resp.created = created;
+  ProtobufCMessageUnknownField raw;
+  if (record && submit) {
+    raw = api_raw_field(&traind__v1__submit_job_response__descriptor, "job", record, record_n);
+    resp.base.n_unknown_fields = 1;
+    resp.base.unknown_fields = &raw;
+  } else {
+    job_pb(j, 1, &pb, &model, &progress);
+    resp.job = &pb;
+  }
   // The answer is the job as it is stored: made now, sent by the commit
   // thread once that is on the disk.
   srv_later *l = srv_reply_prepare(c, submit ? &resp.base : &pb.base);
+  free(record);
   if (l && commit_when_durable_any(((traind *)srv_call_data(c))->commit, reply_send, l)) {
     log_err("job %s: out of memory waiting for its record; answered before it is on the disk", j->id);
     srv_reply_send(l);
@@ -83,7 +97,7 @@ void api_cancel(srv_call *c, ProtobufCMessage *req) {
   if (!j) return;
   const char *refusal;
   if (sched_cancel(d, j, &refusal)) srv_fail(c, GRPC_STATUS_FAILED_PRECONDITION, "%s", refusal);
-  else if ((j = job_find(d, r->job_id))) api_reply_durable(c, j, 0, 0); // retention may have removed it already
+  else if ((j = job_find(d, r->job_id))) api_reply_durable(c, j, 0, 0, NULL, 0); // retention may have removed it already
   else srv_fail(c, GRPC_STATUS_NOT_FOUND, "job_id: job \"%s\" was cancelled and removed by retention", r->job_id);
 }
 
@@ -94,12 +108,6 @@ void api_cancel(srv_call *c, ProtobufCMessage *req) {
 // instead of holding the loop while it walks everything.
 enum { LIST_SCAN_MAX = 4096 };
 
-// ListJobsResponse.jobs's field number, as the descriptor has it.
-static uint32_t jobs_field(void) {
-  static uint32_t id;
-  if (!id) id = protobuf_c_message_descriptor_get_field_by_name(&traind__v1__list_jobs_response__descriptor, "jobs")->id;
-  return id;
-}
 
 void api_list(srv_call *c, ProtobufCMessage *req) {
   T(ListJobsRequest) *r = (T(ListJobsRequest) *)req;
@@ -150,7 +158,7 @@ void api_list(srv_call *c, ProtobufCMessage *req) {
         srv_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "page_size: out of memory for %zu jobs", page);
         goto out;
       }
-      views[n] = (ProtobufCMessageUnknownField){jobs_field(), PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED, len, (uint8_t *)v};
+      views[n] = api_raw_field(&traind__v1__list_jobs_response__descriptor, "jobs", v, len);
     } else {
       job_pb(j, 1, &pbs[n], &models[n], &progs[n]);
       ptrs[n] = &pbs[n];

@@ -212,21 +212,28 @@ static uint8_t *pack(const ProtobufCMessage *m, size_t *n) {
   return buf;
 }
 
-// The view's encoding: a base-128 length, then the message.
+// A message encoded as a field's value: a base-128 length, then the
+// message (*head bytes of length).
+static uint8_t *pack_framed(const ProtobufCMessage *m, size_t *n, size_t *head) {
+  size_t body = protobuf_c_message_get_packed_size(m), h = 0;
+  uint8_t len[10];
+  for (size_t v = body; h == 0 || v; v >>= 7) len[h++] = (uint8_t)((v & 0x7f) | (v >> 7 ? 0x80 : 0));
+  uint8_t *buf = malloc(h + body);
+  if (!buf) return NULL;
+  memcpy(buf, len, h);
+  protobuf_c_message_pack(m, buf + h);
+  *n = h + body;
+  *head = h;
+  return buf;
+}
+
 static uint8_t *view_pack(const job *j, size_t *n) {
   T(Job) pb;
   T(ModelConfig) model;
   T(Progress) progress;
   job_pb(j, 0, &pb, &model, &progress);
-  size_t body = protobuf_c_message_get_packed_size(&pb.base), head = 0;
-  uint8_t len[10];
-  for (size_t v = body; head == 0 || v; v >>= 7) len[head++] = (uint8_t)((v & 0x7f) | (v >> 7 ? 0x80 : 0));
-  uint8_t *buf = malloc(head + body);
-  if (!buf) return NULL;
-  memcpy(buf, len, head);
-  protobuf_c_message_pack(&pb.base, buf + head);
-  *n = head + body;
-  return buf;
+  size_t head;
+  return pack_framed(&pb.base, n, &head);
 }
 
 const uint8_t *job_view(job *j, size_t *n) {
@@ -265,18 +272,27 @@ uint8_t *job_own_submission_bytes(const job *j, size_t *n) {
   return job_submission_bytes(&r, n);
 }
 
-int job_save(traind *d, job *j, eng_err *e) {
+int job_save_keep(traind *d, job *j, uint8_t **framed, size_t *framed_n, eng_err *e) {
   T(Job) rec;
   T(ModelConfig) model;
   T(Progress) progress;
   job_pb(j, 1, &rec, &model, &progress);
-  size_t n;
-  uint8_t *buf = pack(&rec.base, &n);
-  if (!buf) return eng_err_set(e, ENG_ENOMEM, "job %s: cannot allocate its record", j->id);
-  commit_job_put(d->commit, j->id, buf, n, (uint32_t)j->state, j->state == JS(QUEUED) ? j->order : -1, !j->saved);
+  size_t fn, head;
+  uint8_t *f = pack_framed(&rec.base, &fn, &head), *buf = f ? malloc(fn - head) : NULL;
+  if (!buf) {
+    free(f);
+    return eng_err_set(e, ENG_ENOMEM, "job %s: cannot allocate its record", j->id);
+  }
+  memcpy(buf, f + head, fn - head);
+  commit_job_put(d->commit, j->id, buf, fn - head, (uint32_t)j->state, j->state == JS(QUEUED) ? j->order : -1,
+                 !j->saved);
   j->saved = 1;
+  if (framed) *framed = f, *framed_n = fn;
+  else free(f);
   return 0;
 }
+
+int job_save(traind *d, job *j, eng_err *e) { return job_save_keep(d, j, NULL, NULL, e); }
 
 int job_delete(traind *d, job *j, eng_err *e) {
   (void)e;

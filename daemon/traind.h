@@ -108,6 +108,10 @@ job *job_new(traind *d, Traind__V1__SubmitJobRequest *req, const char *owner, co
 int job_insert(traind *d, job *j);
 // Writes the record (synced). Returns 0 or a negative code with e filled.
 int job_save(traind *d, job *j, eng_err *e);
+// The same, and gives the record framed as a field's value (its length,
+// then the encoded Job with its spec; malloc'd, the caller's): the answer
+// to a submission sends these bytes instead of encoding the job again.
+int job_save_keep(traind *d, job *j, uint8_t **framed, size_t *framed_n, eng_err *e);
 // Removes from memory and from storage (record, events, checkpoints).
 int job_delete(traind *d, job *j, eng_err *e);
 // Loads every job from storage at startup.
