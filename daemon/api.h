@@ -40,8 +40,9 @@ void api_reply_job(srv_call *c, const job *j);
 // the job as it is now, as a Job (submit = 0) or a SubmitJobResponse
 // (submit = 1, created saying whether this call made it): what the answer
 // reports is stored by the time the client hears it. The commit thread
-// sends it. record: the job as job_save_keep framed it (taken), or NULL to
-// encode it here.
+// sends it. record: the job as job_save_keep framed it (taken; a new job's
+// record precedes its "submitted" event, so last_seq is 0 there), or NULL
+// to encode it here.
 void api_reply_durable(srv_call *c, const job *j, int submit, int created, uint8_t *record, size_t record_n);
 // A message field's value, already encoded and framed (its length, then
 // the message), as an element protobuf-c packs after the message's own
