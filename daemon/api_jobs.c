@@ -108,7 +108,6 @@ void api_cancel(srv_call *c, ProtobufCMessage *req) {
 // instead of holding the loop while it walks everything.
 enum { LIST_SCAN_MAX = 4096 };
 
-
 void api_list(srv_call *c, ProtobufCMessage *req) {
   T(ListJobsRequest) *r = (T(ListJobsRequest) *)req;
   traind *d = srv_call_data(c);
