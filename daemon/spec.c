@@ -17,9 +17,16 @@ static int fail(val_err *e, grpc_status_code code, const char *field, const char
   return -1;
 }
 
+// The proto's Arch numbers the architecture table's rows from 1 (0 is
+// ARCH_UNSPECIFIED, which validation refuses).
+_Static_assert(K(ARCH__ARCH_LLAMA) == ENG_ARCH_LLAMA + 1 && K(ARCH__ARCH_QWEN2) == ENG_ARCH_QWEN2 + 1 &&
+                   K(ARCH__ARCH_QWEN3) == ENG_ARCH_QWEN3 + 1,
+               "proto Arch = eng_arch + 1");
+
 void spec_config_from_pb(const T(ModelConfig) *m, eng_config *c) {
   memset(c, 0, sizeof *c);
-  c->arch = m->arch == K(ARCH__ARCH_QWEN2) ? ENG_ARCH_QWEN2 : m->arch == K(ARCH__ARCH_QWEN3) ? ENG_ARCH_QWEN3 : ENG_ARCH_LLAMA;
+  // The architecture decides the layer's tensors (as in transformers' model classes).
+  eng_arch_apply(c, m->arch > 0 && (int)m->arch <= (int)ENG_ARCH_COUNT ? (eng_arch)(m->arch - 1) : ENG_ARCH_LLAMA);
   c->vocab = m->vocab_size;
   c->d_model = m->hidden_size;
   c->n_layers = m->num_hidden_layers;
@@ -32,14 +39,11 @@ void spec_config_from_pb(const T(ModelConfig) *m, eng_config *c) {
   c->rms_eps = m->rms_norm_eps > 0 ? m->rms_norm_eps : 1e-6f;
   c->init_std = m->initializer_range > 0 ? m->initializer_range : 0.02f;
   c->tie_embeddings = m->tie_word_embeddings;
-  // The architecture decides these (as in transformers' model classes).
-  c->qkv_bias = c->arch == ENG_ARCH_QWEN2;
-  c->qk_norm = c->arch == ENG_ARCH_QWEN3;
 }
 
 void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
   traind__v1__model_config__init(m);
-  m->arch = c->arch == ENG_ARCH_QWEN2 ? K(ARCH__ARCH_QWEN2) : c->arch == ENG_ARCH_QWEN3 ? K(ARCH__ARCH_QWEN3) : K(ARCH__ARCH_LLAMA);
+  m->arch = (T(Arch))(c->arch + 1);
   m->vocab_size = c->vocab;
   m->hidden_size = c->d_model;
   m->num_hidden_layers = c->n_layers;

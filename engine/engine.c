@@ -932,7 +932,9 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
     return eng_err_set(e, ENG_ESTATE, "checkpoint at step %lld was written by a run %s method poetx, this run %s",
                        (long long)step, mt[META_VER] == META_VERSION_POET ? "with" : "without",
                        want[META_VER] == META_VERSION_POET ? "has it" : "has not");
-  int same_layout = mt[META_VER] == want[META_VER] || (mt[META_VER] == 2 && mt[META_ARCH] != ENG_ARCH_QWEN2);
+  // Version 2 stacked the q/k/v biases elsewhere; layers without them kept their layout.
+  const eng_arch_row *was = eng_arch_row_of((eng_arch)mt[META_ARCH]);
+  int same_layout = mt[META_VER] == want[META_VER] || (mt[META_VER] == 2 && !(was && was->qkv_bias));
   if (mt[META_MAGIC] == META_MAGIC_VALUE && mt[META_VER] == 2 && !same_layout)
     return eng_err_set(e, ENG_EINVAL, "checkpoint at step %lld: written by an older traind whose qwen2 layer "
                        "layout this version does not read; export it with that version and import the model",

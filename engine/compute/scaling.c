@@ -55,9 +55,11 @@ int eng_scaling_advise(const eng_scaling_fit *f, double N, double D, char *msg, 
 }
 
 static eng_config qwen3_config(int vocab, int d, int L, int ff, int heads, int kv, int hd, int tie) {
-  return (eng_config){.arch = ENG_ARCH_QWEN3, .vocab = vocab, .d_model = d, .n_layers = L, .n_heads = heads,
-                      .n_kv_heads = kv, .head_dim = hd, .d_ff = ff, .max_pos = 40960, .rope_theta = 1000000.0f,
-                      .rms_eps = 1e-6f, .init_std = 0.02f, .tie_embeddings = tie, .qkv_bias = 0, .qk_norm = 1};
+  eng_config c = {.vocab = vocab, .d_model = d, .n_layers = L, .n_heads = heads, .n_kv_heads = kv, .head_dim = hd,
+                  .d_ff = ff, .max_pos = 40960, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .init_std = 0.02f,
+                  .tie_embeddings = tie};
+  eng_arch_apply(&c, ENG_ARCH_QWEN3);
+  return c;
 }
 
 static double params_of(const eng_config *c) {

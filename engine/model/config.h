@@ -1,13 +1,13 @@
-// Model configuration of the decoder-only transformers the engine trains:
-// Llama, Qwen2 (q/k/v bias) and Qwen3 (RMSNorm on q and k per head, no bias).
-// Read from and written to Hugging Face config.json.
+// Model configuration of the decoder-only transformers the engine trains, of
+// the families of the architecture table (model/arch.h). Numbers and the
+// tensors a layer holds; what a family means is its row. Read from and
+// written to Hugging Face config.json.
 #ifndef ENG_MODEL_CONFIG_H
 #define ENG_MODEL_CONFIG_H
 
 #include "common/err.h"
 #include "common/fs_open.h"
-
-typedef enum { ENG_ARCH_LLAMA = 0, ENG_ARCH_QWEN2 = 1, ENG_ARCH_QWEN3 = 2 } eng_arch;
+#include "model/arch.h"
 
 typedef struct eng_config {
   eng_arch arch;
@@ -23,14 +23,14 @@ typedef struct eng_config {
   float rms_eps;      // rms_norm_eps
   float init_std;     // initializer_range, for random init
   int tie_embeddings; // tie_word_embeddings
-  int qkv_bias;       // 1 for Qwen2 (q, k, v projections carry a bias)
-  int qk_norm;        // 1 for Qwen3 (RMSNorm over head_dim on q and k)
+  int qkv_bias;       // the row's: q, k, v projections carry a bias (eng_arch_apply)
+  int qk_norm;        // the row's: RMSNorm over head_dim on q and k (eng_arch_apply)
 } eng_config;
 
 // Fills c from a Hugging Face config.json. Unknown architectures, missing
 // required fields and features the engine does not implement (rope_scaling,
-// sliding-window attention, MoE, attention/MLP bias on Llama, non-silu
-// activations) are refused with an error naming the file and the field, as
+// MoE, non-silu activations, and the keys the family's row refuses, e.g.
+// sliding-window attention, attention/MLP bias on Llama) are refused with an error naming the file and the field, as
 // are token ids (bos_token_id, eos_token_id, pad_token_id) that are not an
 // integer or null (eos_token_id: or a list of integers). The file is opened
 // under fs (common/fs_open.h; NULL: anywhere).
@@ -44,11 +44,9 @@ int eng_config_load(const eng_fs *fs, const char *path, eng_config *c, eng_err *
 int eng_config_save(const eng_config *c, const char *path, const char *dtype_name,
                     const eng_fs *ids_fs, const char *ids_from, eng_err *e);
 
-// Checks internal consistency (positive sizes, heads divisible by kv heads).
+// Checks internal consistency (positive sizes, heads divisible by kv heads,
+// the layer tensors the architecture's row implies).
 // `what` names the source in the message (a path or "spec").
 int eng_config_validate(const eng_config *c, const char *what, eng_err *e);
-
-// "llama", "qwen2", "qwen3".
-const char *eng_arch_name(eng_arch a);
 
 #endif

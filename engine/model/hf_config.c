@@ -1,10 +1,10 @@
 // Hugging Face config.json <-> eng_config.
 //
 // Defaults follow what transformers itself does when a field is absent, since
-// a model directory means what transformers makes of it: Qwen2 and Qwen3 take
-// 32 key/value heads when num_key_value_heads is absent (but the attention
-// head count when it is null), Qwen3 takes head_dim 128 when head_dim is
-// absent, and max_position_embeddings is 2048 for Llama and 32768 for Qwen.
+// a model directory means what transformers makes of it; they differ by
+// family, so they are the architecture row's (model/arch.c): e.g. Qwen2 and
+// Qwen3 take 32 key/value heads when num_key_value_heads is absent (but the
+// attention head count when it is null).
 #include "model/config.h"
 
 #include <jansson.h>
@@ -18,20 +18,6 @@
 #include "common/json_kind.h"
 #include "kernels/kernels.h"
 #include "model/atomic_file.h"
-
-static const struct {
-  const char *model_type;
-  const char *architecture;
-} archs[] = {
-    [ENG_ARCH_LLAMA] = {"llama", "LlamaForCausalLM"},
-    [ENG_ARCH_QWEN2] = {"qwen2", "Qwen2ForCausalLM"},
-    [ENG_ARCH_QWEN3] = {"qwen3", "Qwen3ForCausalLM"},
-};
-enum { N_ARCHS = sizeof archs / sizeof archs[0] };
-
-const char *eng_arch_name(eng_arch a) {
-  return (unsigned)a < N_ARCHS ? archs[a].model_type : "unknown";
-}
 
 // ---- typed field access ----------------------------------------------------
 // Each getter leaves *out untouched when the field is absent or null, so the
@@ -93,12 +79,6 @@ static int refuse_true(const json_t *obj, const char *path, const char *key, con
 
 // ---- architecture ------------------------------------------------------------
 
-static int find_arch(const char *s, int by_architecture) {
-  for (int a = 0; a < N_ARCHS; a++)
-    if (strcmp(s, by_architecture ? archs[a].architecture : archs[a].model_type) == 0) return a;
-  return -1;
-}
-
 // model_type decides; every entry of "architectures" must name the same
 // causal-LM class (a base-model class such as "LlamaModel" stores its tensors
 // without the "model." prefix, so it is refused too).
@@ -107,11 +87,11 @@ static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_e
   const json_t *mt = json_object_get(root, "model_type");
   if (mt && !json_is_null(mt)) {
     if (!json_is_string(mt)) return wrong_type(path, "model_type", "a string", mt, e);
-    arch = find_arch(json_string_value(mt), 0);
+    arch = eng_arch_find(json_string_value(mt), 0);
+    char list[256];
     if (arch < 0)
-      return eng_err_set(
-          e, ENG_ENOTSUP,
-          "%s: field \"model_type\" is not one of llama, qwen2, qwen3", path);
+      return eng_err_set(e, ENG_ENOTSUP, "%s: field \"model_type\" is not one of %s", path,
+                         eng_arch_list(list, sizeof list, 0, ", "));
   }
   const json_t *list = json_object_get(root, "architectures");
   if (list && !json_is_null(list)) {
@@ -120,17 +100,16 @@ static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_e
     const json_t *v;
     json_array_foreach(list, i, v) {
       if (!json_is_string(v)) return wrong_type(path, "architectures", "an array of strings", v, e);
-      int a = find_arch(json_string_value(v), 1);
+      int a = eng_arch_find(json_string_value(v), 1);
+      char list[512];
       if (a < 0)
-        return eng_err_set(e, ENG_ENOTSUP,
-                           "%s: field \"architectures\" entry %zu is not one of "
-                           "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
-                           path, i);
+        return eng_err_set(e, ENG_ENOTSUP, "%s: field \"architectures\" entry %zu is not one of %s", path,
+                           i, eng_arch_list(list, sizeof list, 1, ", "));
       if (arch >= 0 && a != arch)
         return eng_err_set(
             e, ENG_EINVAL,
             "%s: field \"architectures\" entry %zu names %s but field \"model_type\" is %s", path,
-            i, archs[a].architecture, archs[arch].model_type);
+            i, eng_arch_row_of(a)->hf_class, eng_arch_name(arch));
       arch = a;
     }
   }
@@ -208,19 +187,13 @@ static int refuse_unsupported(const json_t *root, const char *path, eng_arch arc
                          "%s: field \"hidden_act\" is not \"silu\", the only activation supported",
                          path);
   }
-  int rc = ENG_OK;
-  if (arch == ENG_ARCH_LLAMA) {
-    rc = refuse_true(root, path, "attention_bias", "a bias on the attention projections", e);
-    if (!rc) rc = refuse_true(root, path, "mlp_bias", "a bias on the MLP projections", e);
-    return rc;
+  const eng_arch_row *row = eng_arch_row_of(arch);
+  for (const eng_arch_refusal *x = row->refuse; x->key; x++) {
+    int rc = refuse_true(root, path, x->key, x->what, e);
+    if (rc) return rc;
   }
-  if (arch == ENG_ARCH_QWEN3)
-    rc = refuse_true(root, path, "attention_bias", "a bias on the attention projections", e);
-  // Qwen2/Qwen3: sliding_window alone is inert; use_sliding_window turns it on.
-  if (!rc) rc = refuse_true(root, path, "use_sliding_window", "sliding-window attention", e);
-  if (rc) return rc;
   const json_t *types = json_object_get(root, "layer_types");
-  if (types && !json_is_null(types)) {
+  if (row->layer_types && types && !json_is_null(types)) {
     if (!json_is_array(types)) return wrong_type(path, "layer_types", "an array", types, e);
     size_t i;
     const json_t *v;
@@ -281,12 +254,12 @@ static int parse(const json_t *root, const char *path, eng_config *c, eng_err *e
   if (!rc) rc = get_required_int(root, path, "intermediate_size", &c->d_ff, e);
   if (rc) return rc;
 
-  const int qwen = c->arch != ENG_ARCH_LLAMA;
+  const eng_arch_row *row = eng_arch_row_of(c->arch);
   const json_t *kv = json_object_get(root, "num_key_value_heads");
-  c->n_kv_heads = qwen && !kv ? 32 : c->n_heads;
+  c->n_kv_heads = row->kv_heads_absent && !kv ? row->kv_heads_absent : c->n_heads;
   const json_t *hd = json_object_get(root, "head_dim");
-  if (!hd && c->arch == ENG_ARCH_QWEN3) {
-    c->head_dim = 128;
+  if (!hd && row->head_dim_absent) {
+    c->head_dim = row->head_dim_absent;
   } else if ((!hd || json_is_null(hd)) && c->n_heads > 0) {
     if (c->d_model % c->n_heads != 0)
       return eng_err_set(e, ENG_EINVAL,
@@ -295,12 +268,11 @@ static int parse(const json_t *root, const char *path, eng_config *c, eng_err *e
                          path, c->d_model, c->n_heads);
     c->head_dim = c->d_model / c->n_heads;
   }
-  c->max_pos = qwen ? 32768 : 2048;
+  c->max_pos = row->max_pos_absent;
   c->rope_theta = 10000.0f;
   c->rms_eps = 1e-6f;
   c->init_std = 0.02f;
-  c->qkv_bias = c->arch == ENG_ARCH_QWEN2;
-  c->qk_norm = c->arch == ENG_ARCH_QWEN3;
+  eng_arch_apply(c, c->arch);
 
   rc = get_int(root, path, "num_key_value_heads", &c->n_kv_heads, e);
   if (!rc) rc = get_int(root, path, "head_dim", &c->head_dim, e);
@@ -338,8 +310,8 @@ int eng_config_load(const eng_fs *fs, const char *path, eng_config *c, eng_err *
 // ---- validate ------------------------------------------------------------------
 
 int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
-  if ((unsigned)c->arch >= N_ARCHS)
-    return eng_err_set(e, ENG_EINVAL, "%s: architecture %d is unknown", what, (int)c->arch);
+  const eng_arch_row *row = eng_arch_row_of(c->arch);
+  if (!row) return eng_err_set(e, ENG_EINVAL, "%s: architecture %d is unknown", what, (int)c->arch);
   const struct {
     const char *key;
     int v;
@@ -373,11 +345,11 @@ int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
                        "%s: field \"head_dim\" %d times \"num_attention_heads\" %d overflows", what,
                        c->head_dim, c->n_heads);
   // transformers 5 refuses such a Llama config, so the engine must not write one.
-  if (c->arch == ENG_ARCH_LLAMA && c->d_model % c->n_heads != 0)
+  if (row->heads_divide_hidden && c->d_model % c->n_heads != 0)
     return eng_err_set(e, ENG_EINVAL,
                        "%s: field \"hidden_size\" %d is not a multiple of \"num_attention_heads\" "
-                       "%d, which Llama requires",
-                       what, c->d_model, c->n_heads);
+                       "%d, which %s requires",
+                       what, c->d_model, c->n_heads, row->hf_class);
   const struct {
     const char *key;
     float v;
@@ -394,11 +366,10 @@ int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
                          (double)reals[i].v);
   // The architecture alone tells transformers which tensors exist, so the
   // flags must be the ones it implies.
-  if (c->qkv_bias != (c->arch == ENG_ARCH_QWEN2) || c->qk_norm != (c->arch == ENG_ARCH_QWEN3))
+  if (c->qkv_bias != row->qkv_bias || c->qk_norm != row->qk_norm)
     return eng_err_set(e, ENG_EINVAL,
-                       "%s: qkv_bias %d and qk_norm %d do not match architecture %s (q/k/v bias "
-                       "is Qwen2's, q/k norm is Qwen3's)",
-                       what, c->qkv_bias, c->qk_norm, eng_arch_name(c->arch));
+                       "%s: qkv_bias %d and qk_norm %d do not match architecture %s (which has %d and %d)",
+                       what, c->qkv_bias, c->qk_norm, row->model_type, row->qkv_bias, row->qk_norm);
   if (c->tie_embeddings != 0 && c->tie_embeddings != 1)
     return eng_err_set(e, ENG_EINVAL, "%s: field \"tie_word_embeddings\" must be 0 or 1, got %d",
                        what, c->tie_embeddings);
@@ -445,10 +416,11 @@ int eng_config_save(const eng_config *c, const char *path, const char *dtype_nam
     json_decref(rope);
     return rc;
   }
+  const eng_arch_row *row = eng_arch_row_of(c->arch);
   int bad = !o || !arch_list || !rope;
-  bad |= json_array_append_new(arch_list, json_string(archs[c->arch].architecture));
+  bad |= json_array_append_new(arch_list, json_string(row->hf_class));
   bad |= set(o, "architectures", arch_list);
-  bad |= set(o, "model_type", json_string(archs[c->arch].model_type));
+  bad |= set(o, "model_type", json_string(row->model_type));
   bad |= set(o, "vocab_size", json_integer(c->vocab));
   bad |= set(o, "hidden_size", json_integer(c->d_model));
   bad |= set(o, "intermediate_size", json_integer(c->d_ff));
@@ -469,14 +441,9 @@ int eng_config_save(const eng_config *c, const char *path, const char *dtype_nam
   // "torch_dtype" until transformers 4.55, "dtype" since.
   bad |= set(o, "torch_dtype", json_string(dtype_name));
   bad |= set(o, "dtype", json_string(dtype_name));
-  if (c->arch != ENG_ARCH_QWEN2) bad |= set(o, "attention_bias", json_false());
-  if (c->arch == ENG_ARCH_LLAMA) bad |= set(o, "mlp_bias", json_false());
-  if (c->arch != ENG_ARCH_LLAMA) {
-    // transformers 4.x warns about sliding windows whenever sliding_window is
-    // set, and defaults it to 4096.
-    bad |= set(o, "use_sliding_window", json_false());
-    bad |= set(o, "sliding_window", json_null());
-  }
+  // What the row refuses is written off, so the export means what was trained.
+  for (const eng_arch_refusal *x = row->refuse; x->key; x++) bad |= set(o, x->key, json_false());
+  for (const char *const *k = row->save_null; *k; k++) bad |= set(o, *k, json_null());
   char *text = bad ? NULL : json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
   json_decref(o);
   if (!text) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory building config.json", path);

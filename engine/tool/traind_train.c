@@ -22,14 +22,17 @@
 #endif
 
 static void usage(FILE *f) {
+  char archs[256];
+  eng_arch_list(archs, sizeof archs, 0, " | ");
   fprintf(f,
           "usage: traind-train [options]\n"
-          "Trains a Llama/Qwen2/Qwen3 model on the cpu backend, layer by layer.\n"
+          "Trains a model of the architecture table (--archs) on the cpu backend, layer by layer.\n"
           "\n"
           "model (a Hugging Face directory, or random init from a preset and overrides):\n"
           "  --model-dir DIR     config.json + model.safetensors to start from\n"
           "  --preset NAME       tiny (~0.2M), demo (~10M Qwen3), bench5m, bench40m, 1b\n"
-          "  --arch A            llama | qwen2 | qwen3\n"
+          "  --arch A            %s\n"
+          "  --archs             print the table of architectures (markdown) and exit\n"
           "  --vocab N --d N --layers N --heads N --kv-heads N --head-dim N --ffn N\n"
           "  --tie               tie the embedding and the head\n"
           "data:\n"
@@ -156,29 +159,35 @@ static void usage(FILE *f) {
           "Output: with --plan the plan's table, then 'step N loss X lr X tok/s X' per\n"
           "step, then a summary line.\n"
           "Exit codes: 0 success, 1 training, planning or I/O error, 2 bad usage (also\n"
-          "--plan auto in a build without the planner).\n");
+          "--plan auto in a build without the planner).\n",
+          archs);
 }
 
+// The presets' shapes: random-init models of the tests, the demo and the benches.
+static const struct {
+  const char *name;
+  eng_arch arch;
+  int vocab, d, layers, heads, kv, hd, ff, max_pos, tie;
+  float rms_eps;
+} presets[] = {
+    {"tiny", ENG_ARCH_QWEN3, 256, 64, 2, 4, 2, 16, 176, 512, 1, 1e-6f}, // well under 1M parameters: the tests' model
+    {"demo", ENG_ARCH_QWEN3, 256, 384, 6, 6, 2, 64, 1024, 4096, 1, 1e-6f}, // ~10M Qwen3-style
+    {"bench5m", ENG_ARCH_QWEN3, 4096, 256, 4, 8, 4, 32, 688, 4096, 0, 1e-6f},
+    {"bench40m", ENG_ARCH_QWEN3, 16384, 512, 8, 8, 4, 64, 1536, 4096, 0, 1e-6f},
+    {"1b", ENG_ARCH_LLAMA, 32000, 2048, 22, 32, 4, 64, 5632, 4096, 0, 1e-5f}, // ~1.1B Llama-style (TinyLlama's shape)
+};
+
 static int preset(const char *name, eng_config *c) {
-  memset(c, 0, sizeof *c);
-  c->rope_theta = 10000.0f;
-  c->rms_eps = 1e-6f;
-  c->init_std = 0.02f;
-  c->max_pos = 4096;
-  if (!strcmp(name, "tiny")) { // well under 1M parameters: the tests' model
-    *c = (eng_config){ENG_ARCH_QWEN3, 256, 64, 2, 4, 2, 16, 176, 512, 10000.0f, 1e-6f, 0.02f, 1, 0, 1};
-  } else if (!strcmp(name, "demo")) { // ~10M Qwen3-style
-    *c = (eng_config){ENG_ARCH_QWEN3, 256, 384, 6, 6, 2, 64, 1024, 4096, 10000.0f, 1e-6f, 0.02f, 1, 0, 1};
-  } else if (!strcmp(name, "bench5m")) {
-    *c = (eng_config){ENG_ARCH_QWEN3, 4096, 256, 4, 8, 4, 32, 688, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
-  } else if (!strcmp(name, "bench40m")) {
-    *c = (eng_config){ENG_ARCH_QWEN3, 16384, 512, 8, 8, 4, 64, 1536, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
-  } else if (!strcmp(name, "1b")) { // ~1.1B Llama-style (TinyLlama's shape)
-    *c = (eng_config){ENG_ARCH_LLAMA, 32000, 2048, 22, 32, 4, 64, 5632, 4096, 10000.0f, 1e-5f, 0.02f, 0, 0, 0};
-  } else {
-    return -1;
+  for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+    if (strcmp(name, presets[i].name)) continue;
+    *c = (eng_config){.vocab = presets[i].vocab, .d_model = presets[i].d, .n_layers = presets[i].layers,
+                      .n_heads = presets[i].heads, .n_kv_heads = presets[i].kv, .head_dim = presets[i].hd,
+                      .d_ff = presets[i].ff, .max_pos = presets[i].max_pos, .rope_theta = 10000.0f,
+                      .rms_eps = presets[i].rms_eps, .init_std = 0.02f, .tie_embeddings = presets[i].tie};
+    eng_arch_apply(c, presets[i].arch);
+    return 0;
   }
-  return 0;
+  return -1;
 }
 
 typedef struct opts {
@@ -358,7 +367,7 @@ int main(int argc, char **argv) {
          O_METHOD, O_POET_BLOCK, O_POET_MERGE, O_POET_LR, O_POET_MEMORY, O_POET_BASE, O_MAX_TOKENS, O_MAX_FLOPS,
          O_MAX_WALL, O_GAIN_TAU, O_GAIN_PATIENCE, O_GAIN_WINDOW, O_GL_ALPHA, O_PEAK, O_SELECT, O_SELECT_POOL,
          O_SELECT_ADAPTIVE, O_SELECT_REF, O_SELECT_BAND, O_SCORE, O_EVAL_BATCHES, O_FORMAT, O_TOKENIZER, O_CHAT,
-         O_NO_PACK, O_DATA_CACHE, O_HELP };
+         O_NO_PACK, O_DATA_CACHE, O_ARCHS, O_HELP };
   static const struct option lo[] = {
       {"model-dir", 1, 0, O_MODEL}, {"preset", 1, 0, O_PRESET}, {"arch", 1, 0, O_ARCH},
       {"vocab", 1, 0, O_VOCAB}, {"d", 1, 0, O_D}, {"layers", 1, 0, O_LAYERS},
@@ -382,7 +391,7 @@ int main(int argc, char **argv) {
       {"select-reference", 1, 0, O_SELECT_REF}, {"select-band", 1, 0, O_SELECT_BAND}, {"score", 1, 0, O_SCORE},
       {"eval-batches", 1, 0, O_EVAL_BATCHES}, {"format", 1, 0, O_FORMAT}, {"tokenizer", 1, 0, O_TOKENIZER},
       {"chat-template", 1, 0, O_CHAT}, {"no-pack", 0, 0, O_NO_PACK}, {"data-cache", 1, 0, O_DATA_CACHE},
-      {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+      {"archs", 0, 0, O_ARCHS}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
@@ -394,15 +403,18 @@ int main(int argc, char **argv) {
       }
       if (!s.model_dir) model_name = optarg;
       break;
-    case O_ARCH:
-      if (!strcmp(optarg, "llama")) s.config.arch = ENG_ARCH_LLAMA, s.config.qkv_bias = 0, s.config.qk_norm = 0;
-      else if (!strcmp(optarg, "qwen2")) s.config.arch = ENG_ARCH_QWEN2, s.config.qkv_bias = 1, s.config.qk_norm = 0;
-      else if (!strcmp(optarg, "qwen3")) s.config.arch = ENG_ARCH_QWEN3, s.config.qkv_bias = 0, s.config.qk_norm = 1;
-      else {
-        fprintf(stderr, "traind-train: --arch must be llama, qwen2 or qwen3 (got \"%s\")\n", optarg);
+    case O_ARCH: {
+      int a = eng_arch_find(optarg, 0);
+      if (a < 0) {
+        char archs[256];
+        fprintf(stderr, "traind-train: --arch must be one of %s (got \"%s\")\n",
+                eng_arch_list(archs, sizeof archs, 0, ", "), optarg);
         return 2;
       }
+      eng_arch_apply(&s.config, (eng_arch)a);
       break;
+    }
+    case O_ARCHS: eng_arch_print_table(stdout); return 0;
     case O_VOCAB: s.config.vocab = atoi(optarg); break;
     case O_D: s.config.d_model = atoi(optarg); break;
     case O_LAYERS: s.config.n_layers = atoi(optarg); break;

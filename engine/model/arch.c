@@ -1,0 +1,102 @@
+#include "model/arch.h"
+
+#include <string.h>
+
+#include "model/config.h"
+
+// The families, each as transformers 5's configuration and model classes
+// define it (configuration_<family>.py for the defaults, modeling_<family>.py
+// for the tensors).
+static const eng_arch_refusal llama_refuse[] = {
+    {"attention_bias", "a bias on the attention projections"},
+    {"mlp_bias", "a bias on the MLP projections"},
+    {NULL, NULL},
+};
+// Qwen2's q/k/v bias is always there (its config has no attention_bias);
+// sliding_window alone is inert in both Qwen families, use_sliding_window
+// turns it on.
+static const eng_arch_refusal qwen2_refuse[] = {
+    {"use_sliding_window", "sliding-window attention"},
+    {NULL, NULL},
+};
+static const eng_arch_refusal qwen3_refuse[] = {
+    {"attention_bias", "a bias on the attention projections"},
+    {"use_sliding_window", "sliding-window attention"},
+    {NULL, NULL},
+};
+// transformers 4.x warns about sliding windows whenever sliding_window is
+// set, and its Qwen configs default it to 4096.
+static const char *const qwen_save_null[] = {"sliding_window", NULL};
+static const char *const none[] = {NULL};
+
+static const eng_arch_row rows[ENG_ARCH_COUNT] = {
+    [ENG_ARCH_LLAMA] = {.model_type = "llama",
+                        .hf_class = "LlamaForCausalLM",
+                        .layer = "RMSNorm, GQA attention with RoPE, RMSNorm, SwiGLU MLP",
+                        .max_pos_absent = 2048,
+                        .heads_divide_hidden = 1,
+                        .refuse = llama_refuse,
+                        .save_null = none},
+    [ENG_ARCH_QWEN2] = {.model_type = "qwen2",
+                        .hf_class = "Qwen2ForCausalLM",
+                        .layer = "Llama's, with a bias on the q, k and v projections",
+                        .kv_heads_absent = 32,
+                        .max_pos_absent = 32768,
+                        .qkv_bias = 1,
+                        .layer_types = 1,
+                        .refuse = qwen2_refuse,
+                        .save_null = qwen_save_null},
+    [ENG_ARCH_QWEN3] = {.model_type = "qwen3",
+                        .hf_class = "Qwen3ForCausalLM",
+                        .layer = "Llama's, with RMSNorm on each q and k head before RoPE; head_dim "
+                                 "independent of hidden_size",
+                        .kv_heads_absent = 32,
+                        .head_dim_absent = 128,
+                        .max_pos_absent = 32768,
+                        .qk_norm = 1,
+                        .layer_types = 1,
+                        .refuse = qwen3_refuse,
+                        .save_null = qwen_save_null},
+};
+
+const eng_arch_row *eng_arch_row_of(eng_arch a) {
+  return (unsigned)a < ENG_ARCH_COUNT ? &rows[a] : NULL;
+}
+
+int eng_arch_find(const char *s, int by_class) {
+  for (int a = 0; a < ENG_ARCH_COUNT; a++)
+    if (strcmp(s, by_class ? rows[a].hf_class : rows[a].model_type) == 0) return a;
+  return -1;
+}
+
+const char *eng_arch_name(eng_arch a) {
+  return (unsigned)a < ENG_ARCH_COUNT ? rows[a].model_type : "unknown";
+}
+
+char *eng_arch_list(char *buf, size_t n, int by_class, const char *sep) {
+  size_t at = 0;
+  buf[0] = 0;
+  for (int a = 0; a < ENG_ARCH_COUNT && at < n; a++) {
+    int w = snprintf(buf + at, n - at, "%s%s", a ? sep : "", by_class ? rows[a].hf_class : rows[a].model_type);
+    at += w > 0 ? (size_t)w : 0;
+  }
+  return buf;
+}
+
+void eng_arch_apply(struct eng_config *c, eng_arch a) {
+  const eng_arch_row *r = eng_arch_row_of(a);
+  c->arch = a;
+  c->qkv_bias = r ? r->qkv_bias : 0;
+  c->qk_norm = r ? r->qk_norm : 0;
+}
+
+void eng_arch_print_table(FILE *f) {
+  fprintf(f, "| model_type | class | a layer | refused when set |\n|---|---|---|---|\n");
+  for (int a = 0; a < ENG_ARCH_COUNT; a++) {
+    const eng_arch_row *r = &rows[a];
+    fprintf(f, "| `%s` | `%s` | %s | ", r->model_type, r->hf_class, r->layer);
+    for (const eng_arch_refusal *x = r->refuse; x->key; x++)
+      fprintf(f, "%s`%s` (%s)", x == r->refuse ? "" : ", ", x->key, x->what);
+    fprintf(f, " |\n");
+  }
+}

@@ -1,0 +1,65 @@
+// The architecture table: one row per model family the engine trains, and
+// everything that differs between families as data in that row (DESIGN §7
+// "Extending"). Code that must know what a family means reads its row;
+// nothing else compares eng_arch values.
+//
+// A row says what config.json's model_type and architectures name it, what
+// transformers assumes for keys a file leaves out, which tensors its layers
+// hold, which of its config keys turn on features the engine refuses (and
+// how an export writes them off), and what the README's table of
+// architectures says of it (traind-train --archs prints that table; a test
+// compares it with the README).
+#ifndef ENG_MODEL_ARCH_H
+#define ENG_MODEL_ARCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+// Stable numbers: checkpoints store them (engine.c's meta) and the daemon's
+// proto names them (Arch = eng_arch + 1). A new family takes the next number.
+typedef enum { ENG_ARCH_LLAMA = 0, ENG_ARCH_QWEN2 = 1, ENG_ARCH_QWEN3 = 2, ENG_ARCH_COUNT } eng_arch;
+
+// A boolean config key whose true the engine refuses; `what` completes
+// "... is true: <what> is not supported". Exports write it false.
+typedef struct eng_arch_refusal {
+  const char *key, *what;
+} eng_arch_refusal;
+
+typedef struct eng_arch_row {
+  const char *model_type;     // config.json "model_type", traind-train --arch
+  const char *hf_class;       // the "architectures" entry transformers loads
+  const char *layer;          // the README's words for one layer
+  // transformers' defaults for keys a config.json leaves out
+  int kv_heads_absent;        // num_key_value_heads absent (not null); 0: the attention heads
+  int head_dim_absent;        // head_dim absent; 0: hidden_size / num_attention_heads
+  int max_pos_absent;         // max_position_embeddings absent
+  // tensors of a layer beyond the Llama layer's
+  uint8_t qkv_bias;           // q, k and v projections carry a bias
+  uint8_t qk_norm;            // RMSNorm over head_dim on q and k, before RoPE
+  // what its transformers config class accepts
+  uint8_t heads_divide_hidden; // hidden_size must be a multiple of num_attention_heads
+  uint8_t layer_types;         // "layer_types" may be present (every entry full_attention)
+  const eng_arch_refusal *refuse; // ends with {NULL}
+  const char *const *save_null;   // keys an export writes null; ends with NULL
+} eng_arch_row;
+
+// The row of a (NULL for a value outside the table).
+const eng_arch_row *eng_arch_row_of(eng_arch a);
+// The family whose model_type (by_class 0) or hf_class (by_class 1) is s; -1 if none.
+int eng_arch_find(const char *s, int by_class);
+// model_type, or "unknown" outside the table.
+const char *eng_arch_name(eng_arch a);
+// Writes "llama, qwen2, qwen3" (by_class 0) or the class names (1) into
+// buf[n] for messages, sep between entries (e.g. ", " or " | "); returns buf.
+char *eng_arch_list(char *buf, size_t n, int by_class, const char *sep);
+
+// Sets c->arch to a and the tensors its layers hold (qkv_bias, qk_norm) from
+// the row: every eng_config that names an architecture gets them this way.
+struct eng_config;
+void eng_arch_apply(struct eng_config *c, eng_arch a);
+
+// The README's table of architectures (markdown), from the rows.
+void eng_arch_print_table(FILE *f);
+
+#endif
