@@ -23,7 +23,8 @@
 //   outlives a call: beyond what a scratch size function asks the caller
 //   for, only the sgemm's packed panels (on the AMX route at most the size
 //   of C plus a 512-deep slice of A and of B, kernels/cpu/gemm_amx.c) and
-//   the norm backward's partial sums, freed before they return.
+//   the norm backward's partial sums and the delta rule's per-thread states,
+//   freed before they return.
 #ifndef ENG_KERNELS_H
 #define ENG_KERNELS_H
 
@@ -98,6 +99,30 @@ void eng_k_attention_fwd(float *out, float *lse, const float *q, int ldq, const 
 void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                          const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
                          const int32_t *pos, int B, int T, int H, int KV, int hd);
+
+// The gated delta rule (Gated DeltaNet's token mixer, Qwen3.5's linear
+// attention) per value head h of each row b, with S [kd, vd] starting at 0:
+//   S_t = a_t·S_{t−1} + k_t·(β_t·(v_t − a_t·S_{t−1}ᵀk_t))ᵀ,  o_t = S_tᵀq_t/√kd,
+// a_t = exp(g_t). q, k [B,T,Hk,kd] (rows ldq, ldk floats apart; already
+// L2-normalised by the caller), v [B,T,Hv,vd] (rows ldv apart), g and β
+// [B,T,Hv] (rows ldg apart), out [B,T,Hv,vd] (rows Hv·vd apart). Value head h
+// reads key head h / (Hv/Hk), as transformers' repeat_interleave does. A
+// token at a record start of a packed row (pos as above; NULL: none) sees
+// S_{t−1} = 0. states receives S at the start of every ENG_K_DR_CHUNK tokens,
+// [B,Hv,⌈T/C⌉,kd,vd] (eng_k_deltarule_states_floats): all the backward needs
+// beyond the inputs, so memory is O(T/C·kd·vd) per head.
+#define ENG_K_DR_CHUNK 64
+size_t eng_k_deltarule_states_floats(int B, int T, int Hv, int kd, int vd);
+void eng_k_deltarule_fwd(float *out, float *states, const float *q, int ldq, const float *k, int ldk, const float *v,
+                         int ldv, const float *g, const float *beta, int ldg, const int32_t *pos, int B, int T, int Hk,
+                         int Hv, int kd, int vd);
+// Writes dq, dk, dv laid out like q, k, v, and dg, dβ [B,T,Hv] (rows ldd
+// apart), from dout [B,T,Hv,vd] and the forward's states and inputs. Per
+// thread it holds a chunk's C+2 states (freed before it returns).
+void eng_k_deltarule_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, int ldd, const float *dout,
+                         const float *states, const float *q, int ldq, const float *k, int ldk, const float *v,
+                         int ldv, const float *g, const float *beta, int ldg, const int32_t *pos, int B, int T, int Hk,
+                         int Hv, int kd, int vd);
 
 // h[n,ff] = silu(gate) * up where each row of gu[n,2ff] is gate then up (the
 // output of the stacked [gate; up] projection); bwd writes dgu in that layout.

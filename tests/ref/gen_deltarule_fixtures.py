@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Write the gated delta rule's reference fixture (tests/fixtures/deltarule, read by
+tests/parity/test_deltarule.c): transformers' own torch_chunk_gated_delta_rule
+(Qwen3.5's linear attention, transformers/models/qwen3_5/modeling_qwen3_5.py) on
+shapes the model tests do not use: 3 value heads per key head, key and value head
+dims that differ and are not powers of two, a sequence that is not a multiple of
+the chunk (64), and a packed row.
+
+Inputs are leaves as the kernel takes them: q and k already L2-normalised (the
+layer normalises them before the rule), g = -exp(A_log)·softplus(a + dt_bias)
+as the layer forms it, beta = sigmoid(b). The output and, for
+L = sum(out · dout), autograd's gradients of q, k, v, g and beta. Row 0 of the
+batch is packed: three records, each run through transformers on its own (its
+state starts at zero, as the engine's does at a record start) and concatenated;
+row 1 is one sequence. pos gives the position ids the engine reads.
+
+A float64 recurrence written here checks transformers' float32 chunked output
+before anything is written. Seeded: a rerun writes the same bytes.
+Usage: .venv/bin/python3 tests/ref/gen_deltarule_fixtures.py [--out DIR]
+"""
+import argparse
+import os
+
+from hf_env import require, report
+
+torch, transformers = require("gen_deltarule_fixtures.py", "safetensors")
+from safetensors.torch import save_file  # noqa: E402
+from transformers.models.qwen3_5.modeling_qwen3_5 import torch_chunk_gated_delta_rule  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.normpath(os.path.join(HERE, "..", "fixtures"))
+B, T, HK, HV, KD, VD = 2, 150, 2, 6, 12, 10
+RECORDS = (0, 37, 101)  # record starts of row 0
+SEED = 3501
+
+
+def recurrence64(q, k, v, g, beta):
+    """The rule token by token in float64, for one record: [T, H*, d] tensors."""
+    per = v.shape[1] // q.shape[1]
+    out = torch.zeros(v.shape, dtype=torch.float64)
+    for h in range(v.shape[1]):
+        S = torch.zeros(q.shape[2], v.shape[2], dtype=torch.float64)
+        for t in range(v.shape[0]):
+            kt, qt = k[t, h // per].double(), q[t, h // per].double() / q.shape[2] ** 0.5
+            S = S * torch.exp(g[t, h].double())
+            w = v[t, h].double() - S.T @ kt
+            S = S + torch.outer(kt, beta[t, h].double() * w)
+            out[t, h] = S.T @ qt
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=FIXTURES)
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # the same sums in the same order on every run
+    torch.use_deterministic_algorithms(True)
+    gen = torch.Generator().manual_seed(SEED)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float32)
+
+    def l2(x):
+        return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+    q = l2(randn(B, T, HK, KD)).requires_grad_()
+    k = l2(randn(B, T, HK, KD)).requires_grad_()
+    v = randn(B, T, HV, VD).requires_grad_()
+    a_log = torch.log(torch.empty(HV).uniform_(0.5, 8, generator=gen))
+    g = (-a_log.exp() * torch.nn.functional.softplus(randn(B, T, HV) + 1.0)).requires_grad_()
+    beta = torch.sigmoid(randn(B, T, HV)).requires_grad_()
+    dout = randn(B, T, HV, VD)
+
+    pos = torch.zeros(B, T, dtype=torch.int32)
+    pos[1] = torch.arange(T, dtype=torch.int32)
+    bounds = list(RECORDS) + [T]
+    for s, e in zip(bounds, bounds[1:]):
+        pos[0, s:e] = torch.arange(e - s, dtype=torch.int32)
+    segments = [(0, s, e) for s, e in zip(bounds, bounds[1:])] + [(1, 0, T)]
+
+    rows = {0: [], 1: []}
+    for b, s, e in segments:
+        o, _ = torch_chunk_gated_delta_rule(q[b:b + 1, s:e], k[b:b + 1, s:e], v[b:b + 1, s:e], g=g[b:b + 1, s:e],
+                                            beta=beta[b:b + 1, s:e], chunk_size=64, use_qk_l2norm_in_kernel=False)
+        ref = recurrence64(q[b, s:e].detach(), k[b, s:e].detach(), v[b, s:e].detach(), g[b, s:e].detach(),
+                           beta[b, s:e].detach())
+        err = (o[0].double() - ref).abs().max() / ref.abs().max()
+        assert err < 1e-5, f"transformers' chunked rule and the float64 recurrence differ by {err:.3g} (row {b}, {s}:{e})"
+        rows[b].append(o[0])
+    out = torch.stack([torch.cat(rows[0]), torch.cat(rows[1])])
+    (out * dout).sum().backward()
+
+    tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "dout": dout, "out": out,
+               "dq": q.grad, "dk": k.grad, "dv": v.grad, "dg": g.grad, "dbeta": beta.grad}
+    tensors = {n: t.detach().contiguous().float() for n, t in tensors.items()}
+    tensors["pos"] = pos
+    d = os.path.join(args.out, "deltarule")
+    os.makedirs(d, exist_ok=True)
+    save_file(tensors, os.path.join(d, "ref.safetensors"))  # no metadata: safetensors writes it in hash order
+    report(args.out, ["deltarule"])
+
+
+if __name__ == "__main__":
+    main()
