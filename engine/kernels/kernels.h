@@ -124,6 +124,29 @@ void eng_k_deltarule_bwd(float *dq, float *dk, float *dv, float *dg, float *dbet
                          int ldv, const float *g, const float *beta, int ldg, const int32_t *pos, int B, int T, int Hk,
                          int Hv, int kd, int vd);
 
+// The blocks around the rule in a Gated DeltaNet layer (kernels/cpu/deltanet.c).
+// Causal depthwise conv over time with SiLU: u[t][c] = Σ_j w[c][j]·x[t+j−K+1][c]
+// over the taps inside t's record (pos as above; earlier ones count as 0),
+// y = silu(u); x rows ldx apart, y and u [B·T, C], w [C, K], K ≤ ENG_K_CONV_MAX.
+// bwd writes dx (rows lddx apart) and adds dw.
+#define ENG_K_CONV_MAX 8
+void eng_k_conv_silu_fwd(float *y, float *u, const float *x, int ldx, const float *w, const int32_t *pos, int B,
+                         int T, int C, int K);
+void eng_k_conv_silu_bwd(float *dx, int lddx, float *dw, const float *dy, const float *u, const float *x, int ldx,
+                         const float *w, const int32_t *pos, int B, int T, int C, int K);
+// y = x / sqrt(Σx² + eps) over each of the heads vectors of hd in a row (the
+// L2 norm of q and k); rstd[n·heads]. bwd writes dx.
+void eng_k_l2norm_fwd(float *y, int ldy, float *rstd, const float *x, int ldx, int n, int heads, int hd, float eps);
+void eng_k_l2norm_bwd(float *dx, int lddx, const float *dy, int lddy, const float *x, int ldx, const float *rstd,
+                      int n, int heads, int hd);
+// Gated RMSNorm per head of hd: y = (w·RMSNorm(x))·silu(z); x, y, dy, dx, dn
+// [n, heads·hd], z and dz rows ldz / lddz apart, w [hd], rstd [n·heads]. bwd
+// writes dx and dz, adds dw, and uses dn as scratch.
+void eng_k_gatednorm_fwd(float *y, float *rstd, const float *x, const float *z, int ldz, const float *w, int n,
+                         int heads, int hd, float eps);
+void eng_k_gatednorm_bwd(float *dx, float *dw, float *dz, int lddz, float *dn, const float *dy, const float *x,
+                         const float *z, int ldz, const float *w, const float *rstd, int n, int heads, int hd);
+
 // h[n,ff] = silu(gate) * up where each row of gu[n,2ff] is gate then up (the
 // output of the stacked [gate; up] projection); bwd writes dgu in that layout.
 void eng_k_swiglu_fwd(float *h, const float *gu, int n, int ff);

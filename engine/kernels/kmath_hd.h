@@ -105,6 +105,10 @@ static inline TRAIND_HD float eng_km_rms_rstd(double sumsq, int d, float eps) {
   return 1.0f / sqrtf(var + eps);
 }
 
+// 1/sqrt(Σx² + eps): the L2 norm of Gated DeltaNet's q and k (FLA's l2norm,
+// as transformers writes it), from Σx² in double.
+static inline TRAIND_HD float eng_km_l2_rstd(double sumsq, float eps) { return 1.0f / sqrtf((float)sumsq + eps); }
+
 // y = (x · rstd) · w
 static inline TRAIND_HD float eng_km_rms_y(float x, float r, float w) { return (x * r) * w; }
 
@@ -202,7 +206,16 @@ static inline TRAIND_HD float eng_km_ce_dlogit(float e, float inv, int is_target
   return (is_target ? p - 1.0f : p) * grad_scale;
 }
 
-// ---- SwiGLU (torch's silu and silu_backward) ------------------------------------
+// ---- SiLU and SwiGLU (torch's silu and silu_backward) ----------------------------
+
+// silu(x) = x/(1 + e^−x)
+static inline TRAIND_HD float eng_km_silu(float x) { return x / (1.0f + eng_km_expf(-x)); }
+
+// dx = dy·s·(1 + x·(1 − s)), s = 1/(1 + e^−x)
+static inline TRAIND_HD float eng_km_silu_bwd(float dy, float x) {
+  float s = 1.0f / (1.0f + eng_km_expf(-x));
+  return (dy * s) * (1.0f + x * (1.0f - s));
+}
 
 // h = silu(g)·u, silu(g) = g/(1 + e^−g)
 static inline TRAIND_HD float eng_km_swiglu(float g, float u) { return (g / (1.0f + eng_km_expf(-g))) * u; }

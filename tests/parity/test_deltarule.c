@@ -4,7 +4,8 @@
 // 12 and 10, 150 tokens (not a multiple of the chunk) and a packed row. Then
 // the bits: the same with one thread and with two, with the rows as one call
 // or one call each (micro-batches), and with q, k, v read as views into wider
-// rows.
+// rows. And the layer's other blocks: the causal conv with SiLU, the L2
+// norm and the gated RMSNorm.
 #include <omp.h>
 #include <string.h>
 
@@ -66,6 +67,55 @@ static void same_bits(const io *a, const io *b, shape s, const char *what) {
         "%s: states differ", what);
 }
 
+// max|Δ|/max|ref| of n floats against the fixture's tensor `name`.
+static void near(const eng_st_file *f, const char *name, const float *got, size_t n, double tol) {
+  size_t m;
+  float *ref = fx_f32(f, name, &m);
+  CHECK(m == n, "%s: %zu floats, the kernel gave %zu", name, m, n);
+  double rel = fx_rel(got, ref, n);
+  printf("%-9s max|d|/max|ref| %.3g\n", name, rel);
+  CHECK(rel < tol, "%s differs from transformers by %.3g (tolerance %.0e)", name, rel, tol);
+  free(ref);
+}
+
+// The conv with SiLU, the L2 norm and the gated RMSNorm against transformers'
+// own functions (gen_deltarule_fixtures.py's blocks()), on the same rows.
+static void blocks(const eng_st_file *f, shape s, const int32_t *pos) {
+  const int n = s.B * s.T, C = 2 * s.Hk * s.kd + s.Hv * s.vd, K = 4;
+  float *x = fx_f32(f, "conv.x", NULL), *w = fx_f32(f, "conv.w", NULL), *dy = fx_f32(f, "conv.dy", NULL);
+  float *y = malloc((size_t)n * C * 4), *u = malloc((size_t)n * C * 4), *dx = malloc((size_t)n * C * 4);
+  float *dw = calloc((size_t)C * K, 4);
+  eng_k_conv_silu_fwd(y, u, x, C, w, pos, s.B, s.T, C, K);
+  eng_k_conv_silu_bwd(dx, C, dw, dy, u, x, C, w, pos, s.B, s.T, C, K);
+  near(f, "conv.y", y, (size_t)n * C, 1e-6);
+  near(f, "conv.dx", dx, (size_t)n * C, 1e-6);
+  near(f, "conv.dw", dw, (size_t)C * K, 1e-5);
+  free(x), free(w), free(dy), free(y), free(u), free(dx), free(dw);
+
+  const int lq = s.Hk * s.kd;
+  x = fx_f32(f, "l2.x", NULL), dy = fx_f32(f, "l2.dy", NULL);
+  y = malloc((size_t)n * lq * 4), dx = malloc((size_t)n * lq * 4);
+  float *r = malloc((size_t)n * s.Hk * 4);
+  eng_k_l2norm_fwd(y, lq, r, x, lq, n, s.Hk, s.kd, 1e-6f);
+  eng_k_l2norm_bwd(dx, lq, dy, lq, x, lq, r, n, s.Hk, s.kd);
+  near(f, "l2.y", y, (size_t)n * lq, 1e-6);
+  near(f, "l2.dx", dx, (size_t)n * lq, 1e-6);
+  free(x), free(dy), free(y), free(dx), free(r);
+
+  const int lv = s.Hv * s.vd;
+  x = fx_f32(f, "gnorm.x", NULL), dy = fx_f32(f, "gnorm.dy", NULL), w = fx_f32(f, "gnorm.w", NULL);
+  float *z = fx_f32(f, "gnorm.z", NULL), *dz = malloc((size_t)n * lv * 4), *dn = malloc((size_t)n * lv * 4);
+  y = malloc((size_t)n * lv * 4), dx = malloc((size_t)n * lv * 4), dw = calloc((size_t)s.vd, 4);
+  r = malloc((size_t)n * s.Hv * 4);
+  eng_k_gatednorm_fwd(y, r, x, z, lv, w, n, s.Hv, s.vd, 1e-6f);
+  eng_k_gatednorm_bwd(dx, dw, dz, lv, dn, dy, x, z, lv, w, r, n, s.Hv, s.vd);
+  near(f, "gnorm.y", y, (size_t)n * lv, 1e-6);
+  near(f, "gnorm.dx", dx, (size_t)n * lv, 1e-5);
+  near(f, "gnorm.dz", dz, (size_t)n * lv, 1e-6);
+  near(f, "gnorm.dw", dw, (size_t)s.vd, 1e-5);
+  free(x), free(dy), free(w), free(z), free(dz), free(dn), free(y), free(dx), free(dw), free(r);
+}
+
 int main(void) {
   eng_st_file f;
   fx_open(&f, "deltarule");
@@ -115,6 +165,8 @@ int main(void) {
   size_t half = nv / 2;
   CHECK(!memcmp(nopos.out + half, a.out + half, half * 4), "row 1 depends on pos");
   CHECK(memcmp(nopos.out, a.out, half * 4), "row 0's record starts change nothing");
+
+  blocks(&f, s, pos);
 
   io_free(&a), io_free(&one), io_free(&split), io_free(&wide), io_free(&nopos);
   free(q), free(k), free(v), free(g), free(beta), free(dout), free(pos);

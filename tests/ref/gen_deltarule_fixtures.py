@@ -6,6 +6,8 @@ shapes the model tests do not use: 3 value heads per key head, key and value hea
 dims that differ and are not powers of two, a sequence that is not a multiple of
 the chunk (64), and a packed row.
 
+Beside it, the layer's other blocks through transformers' own code (blocks()).
+
 Inputs are leaves as the kernel takes them: q and k already L2-normalised (the
 layer normalises them before the rule), g = -exp(A_log)·softplus(a + dt_bias)
 as the layer forms it, beta = sigmoid(b). The output and, for
@@ -25,11 +27,13 @@ from hf_env import require, report
 
 torch, transformers = require("gen_deltarule_fixtures.py", "safetensors")
 from safetensors.torch import save_file  # noqa: E402
-from transformers.models.qwen3_5.modeling_qwen3_5 import torch_chunk_gated_delta_rule  # noqa: E402
+from transformers.models.qwen3_5.modeling_qwen3_5 import (  # noqa: E402
+    Qwen3_5RMSNormGated, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.normpath(os.path.join(HERE, "..", "fixtures"))
 B, T, HK, HV, KD, VD = 2, 150, 2, 6, 12, 10
+CONV = 2 * HK * KD + HV * VD  # the conv's channels: q|k|v
 RECORDS = (0, 37, 101)  # record starts of row 0
 SEED = 3501
 
@@ -46,6 +50,44 @@ def recurrence64(q, k, v, g, beta):
             w = v[t, h].double() - S.T @ kt
             S = S + torch.outer(kt, beta[t, h].double() * w)
             out[t, h] = S.T @ qt
+    return out
+
+
+def blocks(randn, gen, pos):
+    """The layer's other blocks, each through transformers' own function or module on
+    the same [B, T] rows (row 0's records run on their own, as above): the causal
+    depthwise conv with SiLU (CONV channels, kernel 4), the L2 norm of heads of KD,
+    and the gated RMSNorm over heads of VD. Names: conv.*, l2.*, gnorm.*."""
+    out = {}
+    bounds = list(RECORDS) + [T]
+    segments = [(0, s, e) for s, e in zip(bounds, bounds[1:])] + [(1, 0, T)]
+
+    x = randn(B, T, CONV).requires_grad_()
+    w = (randn(CONV, 4) * 0.5).requires_grad_()
+    dy = randn(B, T, CONV)
+    rows = {0: [], 1: []}
+    for b, s, e in segments:  # the conv takes [batch, channels, time]
+        rows[b].append(causal_conv1d_fn(x[b:b + 1, s:e].transpose(1, 2), w, None, activation="silu")[0].T)
+    y = torch.stack([torch.cat(rows[0]), torch.cat(rows[1])])
+    (y * dy).sum().backward()
+    out.update({"conv.x": x, "conv.w": w, "conv.dy": dy, "conv.y": y, "conv.dx": x.grad, "conv.dw": w.grad})
+
+    x = (randn(B * T, HK, KD) * 3).requires_grad_()
+    dy = randn(B * T, HK, KD)
+    y = l2norm(x, dim=-1, eps=1e-6)
+    (y * dy).sum().backward()
+    out.update({"l2.x": x, "l2.dy": dy, "l2.y": y, "l2.dx": x.grad})
+
+    norm = Qwen3_5RMSNormGated(VD, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.3 * randn(VD))
+    x = randn(B * T, HV, VD).requires_grad_()
+    z = randn(B * T, HV, VD).requires_grad_()
+    dy = randn(B * T, HV, VD)
+    y = norm(x, z)
+    (y * dy).sum().backward()
+    out.update({"gnorm.x": x, "gnorm.z": z, "gnorm.w": norm.weight, "gnorm.dy": dy, "gnorm.y": y,
+                "gnorm.dx": x.grad, "gnorm.dz": z.grad, "gnorm.dw": norm.weight.grad})
     return out
 
 
@@ -92,6 +134,7 @@ def main():
 
     tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "dout": dout, "out": out,
                "dq": q.grad, "dk": k.grad, "dv": v.grad, "dg": g.grad, "dbeta": beta.grad}
+    tensors.update(blocks(randn, gen, pos))
     tensors = {n: t.detach().contiguous().float() for n, t in tensors.items()}
     tensors["pos"] = pos
     d = os.path.join(args.out, "deltarule")
