@@ -77,6 +77,12 @@ void eng_k_headnorm_bwd(float *dx, float *dw, const float *dy, int ldy, const fl
 // inv_freq[i] = theta^(-2i/hd). bwd applies the inverse rotation to dx.
 void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta);
 void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta);
+// The same on the first rd (even, ≤ hd) of each head's hd values, the rest
+// left alone (a partial rotary factor, Qwen3.5's 0.25): pairs (i, i + rd/2),
+// inv_freq[i] = theta^(-2i/rd).
+void eng_k_rope_part_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd, float theta);
+void eng_k_rope_part_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
+                         float theta);
 
 // Largest head dim of the attention and rope kernels (their tile buffers live
 // on the stack); a model config with a larger head_dim must be refused.
@@ -146,6 +152,14 @@ void eng_k_gatednorm_fwd(float *y, float *rstd, const float *x, const float *z, 
                          int heads, int hd, float eps);
 void eng_k_gatednorm_bwd(float *dx, float *dw, float *dz, int lddz, float *dn, const float *dy, const float *x,
                          const float *z, int ldz, const float *w, const float *rstd, int n, int heads, int hd);
+
+// Qwen3.5's attention output gate (kernels/cpu/gate.c): y = x·sigmoid(g) per
+// head of hd; x, y, dy, dx [n, heads·hd]; head h's gate starts at
+// g + i·ldg + h·ghd (ghd = 2·hd where the q projection interleaves each head's
+// query and gate). bwd writes dx and dg (laid out like g).
+void eng_k_sgate_fwd(float *y, const float *x, const float *g, int ldg, int ghd, int n, int heads, int hd);
+void eng_k_sgate_bwd(float *dx, float *dg, const float *dy, const float *x, const float *g, int ldg, int ghd, int n,
+                     int heads, int hd);
 
 // h[n,ff] = silu(gate) * up where each row of gu[n,2ff] is gate then up (the
 // output of the stacked [gate; up] projection); bwd writes dgu in that layout.

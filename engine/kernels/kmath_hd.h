@@ -208,6 +208,9 @@ static inline TRAIND_HD float eng_km_ce_dlogit(float e, float inv, int is_target
 
 // ---- SiLU and SwiGLU (torch's silu and silu_backward) ----------------------------
 
+// sigmoid(x) = 1/(1 + e^−x)
+static inline TRAIND_HD float eng_km_sigmoid(float x) { return 1.0f / (1.0f + eng_km_expf(-x)); }
+
 // silu(x) = x/(1 + e^−x)
 static inline TRAIND_HD float eng_km_silu(float x) { return x / (1.0f + eng_km_expf(-x)); }
 

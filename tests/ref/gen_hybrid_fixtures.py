@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Write the gated delta rule's reference fixture (tests/fixtures/deltarule, read by
-tests/parity/test_deltarule.c): transformers' own torch_chunk_gated_delta_rule
+"""Write the gated delta rule's reference fixture (tests/fixtures/hybrid_blocks, read by
+tests/parity/test_hybrid_blocks.c): transformers' own torch_chunk_gated_delta_rule
 (Qwen3.5's linear attention, transformers/models/qwen3_5/modeling_qwen3_5.py) on
 shapes the model tests do not use: 3 value heads per key head, key and value head
 dims that differ and are not powers of two, a sequence that is not a multiple of
@@ -18,22 +18,24 @@ row 1 is one sequence. pos gives the position ids the engine reads.
 
 A float64 recurrence written here checks transformers' float32 chunked output
 before anything is written. Seeded: a rerun writes the same bytes.
-Usage: .venv/bin/python3 tests/ref/gen_deltarule_fixtures.py [--out DIR]
+Usage: .venv/bin/python3 tests/ref/gen_hybrid_fixtures.py [--out DIR]
 """
 import argparse
 import os
 
 from hf_env import require, report
 
-torch, transformers = require("gen_deltarule_fixtures.py", "safetensors")
+torch, transformers = require("gen_hybrid_fixtures.py", "safetensors")
 from safetensors.torch import save_file  # noqa: E402
 from transformers.models.qwen3_5.modeling_qwen3_5 import (  # noqa: E402
-    Qwen3_5RMSNormGated, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule)
+    Qwen3_5RMSNormGated, Qwen3_5TextConfig, Qwen3_5TextRotaryEmbedding, apply_rotary_pos_emb, causal_conv1d_fn,
+    l2norm, torch_chunk_gated_delta_rule)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.normpath(os.path.join(HERE, "..", "fixtures"))
 B, T, HK, HV, KD, VD = 2, 150, 2, 6, 12, 10
 CONV = 2 * HK * KD + HV * VD  # the conv's channels: q|k|v
+ROPE_HD = 24
 RECORDS = (0, 37, 101)  # record starts of row 0
 SEED = 3501
 
@@ -57,7 +59,8 @@ def blocks(randn, gen, pos):
     """The layer's other blocks, each through transformers' own function or module on
     the same [B, T] rows (row 0's records run on their own, as above): the causal
     depthwise conv with SiLU (CONV channels, kernel 4), the L2 norm of heads of KD,
-    and the gated RMSNorm over heads of VD. Names: conv.*, l2.*, gnorm.*."""
+    and the gated RMSNorm over heads of VD; and the full-attention layer's partial
+    RoPE and output gate. Names: conv.*, l2.*, gnorm.*, rope.*, gate.*."""
     out = {}
     bounds = list(RECORDS) + [T]
     segments = [(0, s, e) for s, e in zip(bounds, bounds[1:])] + [(1, 0, T)]
@@ -88,6 +91,27 @@ def blocks(randn, gen, pos):
     (y * dy).sum().backward()
     out.update({"gnorm.x": x, "gnorm.z": z, "gnorm.w": norm.weight, "gnorm.dy": dy, "gnorm.y": y,
                 "gnorm.dx": x.grad, "gnorm.dz": z.grad, "gnorm.dw": norm.weight.grad})
+    # The full-attention layer's partial RoPE (a quarter of head_dim 24: 6
+    # rotated values per head) through transformers' rotary module, with the
+    # packed row's position ids, and its output gate: y = att·sigmoid(gate).
+    cfg = Qwen3_5TextConfig(hidden_size=48, num_attention_heads=2, num_key_value_heads=1, head_dim=ROPE_HD,
+                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                             "partial_rotary_factor": 0.25, "mrope_section": [1, 1, 1],
+                                             "mrope_interleaved": True})
+    rotary = Qwen3_5TextRotaryEmbedding(cfg)
+    x = randn(B, T, HK, ROPE_HD).requires_grad_()
+    dy = randn(B, T, HK, ROPE_HD)
+    cos, sin = rotary(x, pos.long())
+    y, _ = apply_rotary_pos_emb(x, x.detach(), cos, sin, unsqueeze_dim=2)
+    (y * dy).sum().backward()
+    out.update({"rope.x": x, "rope.dy": dy, "rope.y": y, "rope.dx": x.grad})
+
+    att = randn(B * T, HV, VD).requires_grad_()
+    gate = (randn(B * T, HV, VD) * 2).requires_grad_()
+    dy = randn(B * T, HV, VD)
+    y = att * torch.sigmoid(gate)
+    (y * dy).sum().backward()
+    out.update({"gate.x": att, "gate.g": gate, "gate.dy": dy, "gate.y": y, "gate.dx": att.grad, "gate.dg": gate.grad})
     return out
 
 
@@ -137,10 +161,10 @@ def main():
     tensors.update(blocks(randn, gen, pos))
     tensors = {n: t.detach().contiguous().float() for n, t in tensors.items()}
     tensors["pos"] = pos
-    d = os.path.join(args.out, "deltarule")
+    d = os.path.join(args.out, "hybrid_blocks")
     os.makedirs(d, exist_ok=True)
     save_file(tensors, os.path.join(d, "ref.safetensors"))  # no metadata: safetensors writes it in hash order
-    report(args.out, ["deltarule"])
+    report(args.out, ["hybrid_blocks"])
 
 
 if __name__ == "__main__":

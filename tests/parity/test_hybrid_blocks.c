@@ -1,11 +1,11 @@
 // The gated delta rule's cpu kernels (kernels.h: eng_k_deltarule_*) against
-// transformers' torch_chunk_gated_delta_rule (tests/ref/gen_deltarule_fixtures.py):
+// transformers' torch_chunk_gated_delta_rule (tests/ref/gen_hybrid_fixtures.py):
 // output and every input's gradient on 3 value heads per key head, head dims
 // 12 and 10, 150 tokens (not a multiple of the chunk) and a packed row. Then
 // the bits: the same with one thread and with two, with the rows as one call
 // or one call each (micro-batches), and with q, k, v read as views into wider
-// rows. And the layer's other blocks: the causal conv with SiLU, the L2
-// norm and the gated RMSNorm.
+// rows. And the hybrid's other blocks: the causal conv with SiLU, the L2
+// norm, the gated RMSNorm, partial RoPE and the attention output gate.
 #include <omp.h>
 #include <string.h>
 
@@ -79,7 +79,7 @@ static void near(const eng_st_file *f, const char *name, const float *got, size_
 }
 
 // The conv with SiLU, the L2 norm and the gated RMSNorm against transformers'
-// own functions (gen_deltarule_fixtures.py's blocks()), on the same rows.
+// own functions (gen_hybrid_fixtures.py's blocks()), on the same rows.
 static void blocks(const eng_st_file *f, shape s, const int32_t *pos) {
   const int n = s.B * s.T, C = 2 * s.Hk * s.kd + s.Hv * s.vd, K = 4;
   float *x = fx_f32(f, "conv.x", NULL), *w = fx_f32(f, "conv.w", NULL), *dy = fx_f32(f, "conv.dy", NULL);
@@ -114,11 +114,30 @@ static void blocks(const eng_st_file *f, shape s, const int32_t *pos) {
   near(f, "gnorm.dz", dz, (size_t)n * lv, 1e-6);
   near(f, "gnorm.dw", dw, (size_t)s.vd, 1e-5);
   free(x), free(dy), free(w), free(z), free(dz), free(dn), free(y), free(dx), free(dw), free(r);
+
+  // Partial RoPE (6 of 24 values per head) in place, on the packed positions.
+  const int hd = 24, lr = s.Hk * hd;
+  y = fx_f32(f, "rope.x", NULL), dx = fx_f32(f, "rope.dy", NULL);
+  eng_k_rope_part_fwd(y, lr, pos, s.B, s.T, s.Hk, hd, hd / 4, 10000.0f);
+  eng_k_rope_part_bwd(dx, lr, pos, s.B, s.T, s.Hk, hd, hd / 4, 10000.0f);
+  near(f, "rope.y", y, (size_t)n * lr, 1e-6);
+  near(f, "rope.dx", dx, (size_t)n * lr, 1e-6);
+  free(y), free(dx);
+
+  // The output gate.
+  x = fx_f32(f, "gate.x", NULL), z = fx_f32(f, "gate.g", NULL), dy = fx_f32(f, "gate.dy", NULL);
+  y = malloc((size_t)n * lv * 4), dx = malloc((size_t)n * lv * 4), dz = malloc((size_t)n * lv * 4);
+  eng_k_sgate_fwd(y, x, z, lv, s.vd, n, s.Hv, s.vd);
+  eng_k_sgate_bwd(dx, dz, dy, x, z, lv, s.vd, n, s.Hv, s.vd);
+  near(f, "gate.y", y, (size_t)n * lv, 1e-6);
+  near(f, "gate.dx", dx, (size_t)n * lv, 1e-6);
+  near(f, "gate.dg", dz, (size_t)n * lv, 1e-6);
+  free(x), free(z), free(dy), free(y), free(dx), free(dz);
 }
 
 int main(void) {
   eng_st_file f;
-  fx_open(&f, "deltarule");
+  fx_open(&f, "hybrid_blocks");
   shape s = {2, 150, 2, 6, 12, 10};
   const eng_st_tensor *tq = eng_st_find(&f, "q"), *tv = eng_st_find(&f, "v");
   CHECK(tq && tq->ndim == 4 && tq->shape[0] == s.B && tq->shape[1] == s.T && tq->shape[2] == s.Hk &&
@@ -172,6 +191,6 @@ int main(void) {
   free(q), free(k), free(v), free(g), free(beta), free(dout), free(pos);
   free(ref_out), free(ref_dq), free(ref_dk), free(ref_dv), free(ref_dg), free(ref_db);
   eng_st_close(&f);
-  printf("test_deltarule: ok\n");
+  printf("test_hybrid_blocks: ok\n");
   return 0;
 }
