@@ -10,24 +10,12 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "read_all.h"
 #include "model/config.h"
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  CHECK(f, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  CHECK(s && fread(s, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
-  s[n] = 0;
-  fclose(f);
-  return s;
-}
 
 // The README's lines between its archs markers equal what the rows print.
 static void readme_matches(void) {
-  char *readme = slurp(TRAIND_SOURCE_DIR "/README.md");
+  char *readme = read_all(TRAIND_SOURCE_DIR "/README.md", NULL);
   const char *begin = strstr(readme, "<!-- archs: begin");
   CHECK(begin, "README.md has no \"<!-- archs: begin\" marker");
   begin = strchr(begin, '\n') + 1;

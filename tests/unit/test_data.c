@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "read_all.h"
 #include "common/rng.h"
 #include "data/data.h"
 #include "data/tokenizer.h"
@@ -53,19 +54,6 @@ static const char *write_shard(const char *name, int version, const uint32_t *to
   return path;
 }
 
-static char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  CHECK(f, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n, "short read of %s", path);
-  fclose(f);
-  buf[n] = '\0';
-  *len = (size_t)n;
-  return buf;
-}
 
 // Windows of seq_len in file order, labels equal to ids, the tail dropped,
 // then the next epoch starting over.
