@@ -17,12 +17,16 @@
 // the environment asks for one this cpu cannot run.
 static inline void test_route_announce(void) {
   char msg[256];
+  const char *want = getenv("OPENBLAS_CORETYPE");
+  if (want && *want && !eng_k_blas_core_runs(want)) { // before any product runs its kernels
+    printf("skipped: OPENBLAS_CORETYPE=%s: this cpu lacks the instructions of its kernels\n", want);
+    exit(77);
+  }
   int r = eng_k_gemm_route_init(msg, sizeof msg);
   if (r < 0) {
     printf("skipped: %s\n", msg);
     exit(77);
   }
-  const char *want = getenv("OPENBLAS_CORETYPE");
   if (r == ENG_K_GEMM_BLAS && want && *want && strcasecmp(want, eng_k_blas_core()) != 0) {
     printf("skipped: OPENBLAS_CORETYPE=%s: OpenBLAS runs %s on this cpu instead\n", want, eng_k_blas_core());
     exit(77);

@@ -106,6 +106,10 @@ void eng_k_blas_sgemm(int ta, int tb, int M, int N, int K, const float *A, int l
 // Then (once per process) checks whether its kernels compute the chains:
 // eng_k_blas_chains says (1 yes; 0 no, and the route runs own code only).
 const char *eng_k_blas_core(void);
+// Whether this cpu has the instructions core's kernels use (0: AVX-512 or
+// AVX2 it lacks; OpenBLAS runs a forced OPENBLAS_CORETYPE regardless, and
+// its first product then dies of SIGILL). Unknown names: 1.
+int eng_k_blas_core_runs(const char *core);
 void eng_k_blas_core_fit(void);
 int eng_k_blas_chains(void);
 

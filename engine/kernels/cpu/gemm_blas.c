@@ -73,6 +73,12 @@ static int core_knows(const char *core, int avx512) {
   return 0;
 }
 
+int eng_k_blas_core_runs(const char *core) {
+  if (core_knows(core, 1)) return eng_isa_supported(ENG_ISA_AVX512);
+  if (core_knows(core, 0)) return eng_isa_supported(ENG_ISA_AVX2);
+  return 1;
+}
+
 // Whether OpenBLAS's kernels give the chains, on a product of 2.4M
 // multiply-adds (above its small-matrix size) with rows and columns past its
 // register blocks, in every form.
