@@ -29,6 +29,10 @@ static const eng_arch_refusal qwen3_refuse[] = {
 static const char *const qwen_save_null[] = {"sliding_window", NULL};
 static const char *const none[] = {NULL};
 
+// What Qwen2Config and Qwen3Config share: 32 key/value heads and 32768
+// positions when absent, layer_types accepted, sliding_window written null.
+#define QWEN_CONFIG .kv_heads_absent = 32, .max_pos_absent = 32768, .layer_types = 1, .save_null = qwen_save_null
+
 static const eng_arch_row rows[ENG_ARCH_COUNT] = {
     [ENG_ARCH_LLAMA] = {.model_type = "llama",
                         .hf_class = "LlamaForCausalLM",
@@ -40,23 +44,17 @@ static const eng_arch_row rows[ENG_ARCH_COUNT] = {
     [ENG_ARCH_QWEN2] = {.model_type = "qwen2",
                         .hf_class = "Qwen2ForCausalLM",
                         .layer = "Llama's, with a bias on the q, k and v projections",
-                        .kv_heads_absent = 32,
-                        .max_pos_absent = 32768,
+                        QWEN_CONFIG,
                         .qkv_bias = 1,
-                        .layer_types = 1,
-                        .refuse = qwen2_refuse,
-                        .save_null = qwen_save_null},
+                        .refuse = qwen2_refuse},
     [ENG_ARCH_QWEN3] = {.model_type = "qwen3",
                         .hf_class = "Qwen3ForCausalLM",
                         .layer = "Llama's, with RMSNorm on each q and k head before RoPE; head_dim "
                                  "independent of hidden_size",
-                        .kv_heads_absent = 32,
+                        QWEN_CONFIG,
                         .head_dim_absent = 128,
-                        .max_pos_absent = 32768,
                         .qk_norm = 1,
-                        .layer_types = 1,
-                        .refuse = qwen3_refuse,
-                        .save_null = qwen_save_null},
+                        .refuse = qwen3_refuse},
 };
 
 const eng_arch_row *eng_arch_row_of(eng_arch a) {
