@@ -211,6 +211,9 @@ static inline TRAIND_HD float eng_km_ce_dlogit(float e, float inv, int is_target
 // sigmoid(x) = 1/(1 + e^−x)
 static inline TRAIND_HD float eng_km_sigmoid(float x) { return 1.0f / (1.0f + eng_km_expf(-x)); }
 
+// softplus(x) = log(1 + e^x), x past 20 as itself (torch's threshold)
+static inline TRAIND_HD float eng_km_softplus(float x) { return x > 20.0f ? x : log1pf(eng_km_expf(x)); }
+
 // silu(x) = x/(1 + e^−x)
 static inline TRAIND_HD float eng_km_silu(float x) { return x / (1.0f + eng_km_expf(-x)); }
 

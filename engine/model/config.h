@@ -25,6 +25,11 @@ typedef struct eng_config {
   int tie_embeddings; // tie_word_embeddings
   int qkv_bias;       // the row's: q, k, v projections carry a bias (eng_arch_apply)
   int qk_norm;        // the row's: RMSNorm over head_dim on q and k (eng_arch_apply)
+  struct {            // Gated DeltaNet (Qwen3.5's linear_attention layers); 0 where none
+    int k_heads, v_heads; // linear_num_key_heads, linear_num_value_heads
+    int k_dim, v_dim;     // linear_key_head_dim, linear_value_head_dim
+    int conv;             // linear_conv_kernel_dim
+  } dn;
 } eng_config;
 
 // Fills c from a Hugging Face config.json. Unknown architectures, missing

@@ -18,6 +18,15 @@ static const struct { const char *suffix; } layer_names[ENG_P_LAYER_COUNT] = {
     [ENG_P_WGATE] = {"mlp.gate_proj.weight"},
     [ENG_P_WUP] = {"mlp.up_proj.weight"},
     [ENG_P_WDOWN] = {"mlp.down_proj.weight"},
+    [ENG_P_DN_QKV] = {"linear_attn.in_proj_qkv.weight"},
+    [ENG_P_DN_Z] = {"linear_attn.in_proj_z.weight"},
+    [ENG_P_DN_B] = {"linear_attn.in_proj_b.weight"},
+    [ENG_P_DN_A] = {"linear_attn.in_proj_a.weight"},
+    [ENG_P_DN_CONV] = {"linear_attn.conv1d.weight"},
+    [ENG_P_DN_DT] = {"linear_attn.dt_bias"},
+    [ENG_P_DN_ALOG] = {"linear_attn.A_log"},
+    [ENG_P_DN_NORM] = {"linear_attn.norm.weight"},
+    [ENG_P_DN_OUT] = {"linear_attn.out_proj.weight"},
 };
 
 static size_t place(eng_tensor *t, size_t off, int rows, int cols, int present) {
@@ -37,6 +46,36 @@ static void name_set(char *name, size_t n, const char *a, const char *b) {
   memcpy(name, a, la);
   memcpy(name + la, b, lb);
   name[la + lb] = 0;
+}
+
+static void proto_name(eng_tensor *p) {
+  for (int i = 0; i < ENG_P_LAYER_COUNT; i++)
+    name_set(p[i].name, sizeof p[i].name, "model.layers.0.", layer_names[i].suffix);
+}
+
+size_t eng_layout_dn_proto(eng_tensor p[ENG_P_LAYER_COUNT], const eng_config *c) {
+  memset(p, 0, sizeof(eng_tensor) * ENG_P_LAYER_COUNT);
+  const int d = c->d_model, ff = c->d_ff, hv = c->dn.v_heads;
+  const int kt = c->dn.k_heads * c->dn.k_dim, vt = hv * c->dn.v_dim;
+  size_t off = 0;
+  off = place(&p[ENG_P_ATTN_NORM], off, d, 0, 1);
+  // qkv, z, b and a back to back: the layer multiplies by them as one
+  // [2kt + 2vt + 2Hv, d] matrix (exec/layer_dn.c).
+  off = place(&p[ENG_P_DN_QKV], off, 2 * kt + vt, d, 1);
+  off = place(&p[ENG_P_DN_Z], off, vt, d, 1);
+  off = place(&p[ENG_P_DN_B], off, hv, d, 1);
+  off = place(&p[ENG_P_DN_A], off, hv, d, 1);
+  off = place(&p[ENG_P_DN_CONV], off, 2 * kt + vt, c->dn.conv, 1);
+  off = place(&p[ENG_P_DN_DT], off, hv, 0, 1);
+  off = place(&p[ENG_P_DN_ALOG], off, hv, 0, 1);
+  off = place(&p[ENG_P_DN_NORM], off, c->dn.v_dim, 0, 1);
+  off = place(&p[ENG_P_DN_OUT], off, d, vt, 1);
+  off = place(&p[ENG_P_MLP_NORM], off, d, 0, 1);
+  off = place(&p[ENG_P_WGATE], off, ff, d, 1);
+  off = place(&p[ENG_P_WUP], off, ff, d, 1);
+  off = place(&p[ENG_P_WDOWN], off, d, ff, 1);
+  proto_name(p);
+  return off;
 }
 
 void eng_layout_init(eng_layout *lo, const eng_config *c) {
@@ -69,8 +108,7 @@ void eng_layout_init(eng_layout *lo, const eng_config *c) {
   off = place(&p[ENG_P_WUP], off, ff, d, 1);
   off = place(&p[ENG_P_WDOWN], off, d, ff, 1);
   lo->layer_numel = off;
-  for (int i = 0; i < ENG_P_LAYER_COUNT; i++)
-    name_set(p[i].name, sizeof p[i].name, "model.layers.0.", layer_names[i].suffix);
+  proto_name(p);
 
   place(&lo->embed, 0, c->vocab, d, 1);
   name_set(lo->embed.name, sizeof lo->embed.name, "model.embed_tokens.weight", "");

@@ -30,6 +30,17 @@ typedef enum {
   ENG_P_WGATE,     // mlp.gate_proj.weight              [ff, d]
   ENG_P_WUP,       // mlp.up_proj.weight                [ff, d]
   ENG_P_WDOWN,     // mlp.down_proj.weight              [d, ff]
+  // A Gated DeltaNet layer (Qwen3.5's linear_attention) has these in place
+  // of the attention's, kt = dn.k_heads·dn.k_dim, vt = dn.v_heads·dn.v_dim:
+  ENG_P_DN_QKV,    // linear_attn.in_proj_qkv.weight    [2kt+vt, d]
+  ENG_P_DN_Z,      // linear_attn.in_proj_z.weight      [vt, d]
+  ENG_P_DN_B,      // linear_attn.in_proj_b.weight      [Hv, d]
+  ENG_P_DN_A,      // linear_attn.in_proj_a.weight      [Hv, d]
+  ENG_P_DN_CONV,   // linear_attn.conv1d.weight         [2kt+vt, 1, K] (rows, cols = K)
+  ENG_P_DN_DT,     // linear_attn.dt_bias               [Hv]
+  ENG_P_DN_ALOG,   // linear_attn.A_log                 [Hv]
+  ENG_P_DN_NORM,   // linear_attn.norm.weight           [dn.v_dim]
+  ENG_P_DN_OUT,    // linear_attn.out_proj.weight       [d, vt]
   ENG_P_LAYER_COUNT
 } eng_layer_param;
 
@@ -53,6 +64,13 @@ typedef struct eng_layout {
 } eng_layout;
 
 void eng_layout_init(eng_layout *lo, const eng_config *c);
+
+// The prototype of a Gated DeltaNet layer of c (names for layer 0): the
+// norms and MLP as an attention layer's, the DN tensors instead of the
+// attention's; returns its floats. The layout does not yet hold layers of
+// more than one kind (DESIGN §7): the DN layer (exec/layer_dn.h) and its test
+// use this until it does.
+size_t eng_layout_dn_proto(eng_tensor proto[ENG_P_LAYER_COUNT], const eng_config *c);
 
 // Floats in shard s.
 size_t eng_layout_shard_numel(const eng_layout *lo, int s);

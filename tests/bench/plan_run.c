@@ -152,7 +152,9 @@ int main(int argc, char **argv) {
   timeline_dir = argc > 3 ? argv[3] : ".";
   if (steps <= WARMUP || (steps - WARMUP) * ROUNDS > 64) DIE("STEPS must lie in (%d, %d]", WARMUP, WARMUP + 64 / ROUNDS);
   // make demo's model (deploy/example-job.yaml): ~10M parameters, Qwen3-style.
-  const eng_config c = {ENG_ARCH_QWEN3, 256, 384, 6, 6, 2, 64, 1024, 4096, 10000.0f, 1e-6f, 0.02f, 1, 0, 1};
+  const eng_config c = {.arch = ENG_ARCH_QWEN3, .vocab = 256, .d_model = 384, .n_layers = 6, .n_heads = 6, .n_kv_heads = 2,
+                        .head_dim = 64, .d_ff = 1024, .max_pos = 4096,
+                        .rope_theta = 10000.0f, .rms_eps = 1e-6f, .init_std = 0.02f, .tie_embeddings = 1, .qkv_bias = 0, .qk_norm = 1};
   const int batch = 8, T = 256;
   eng_err e = {0};
 

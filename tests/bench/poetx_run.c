@@ -38,9 +38,13 @@
 static int preset(const char *name, eng_config *c) {
   // traind-train's presets of the same names.
   if (!strcmp(name, "demo"))
-    *c = (eng_config){ENG_ARCH_QWEN3, 256, 384, 6, 6, 2, 64, 1024, 4096, 10000.0f, 1e-6f, 0.02f, 1, 0, 1};
+    *c = (eng_config){.arch = ENG_ARCH_QWEN3, .vocab = 256, .d_model = 384, .n_layers = 6, .n_heads = 6, .n_kv_heads = 2,
+                      .head_dim = 64, .d_ff = 1024, .max_pos = 4096,
+                      .rope_theta = 10000.0f, .rms_eps = 1e-6f, .init_std = 0.02f, .tie_embeddings = 1, .qkv_bias = 0, .qk_norm = 1};
   else if (!strcmp(name, "bench40m"))
-    *c = (eng_config){ENG_ARCH_QWEN3, 16384, 512, 8, 8, 4, 64, 1536, 4096, 10000.0f, 1e-6f, 0.02f, 0, 0, 1};
+    *c = (eng_config){.arch = ENG_ARCH_QWEN3, .vocab = 16384, .d_model = 512, .n_layers = 8, .n_heads = 8, .n_kv_heads = 4,
+                      .head_dim = 64, .d_ff = 1536, .max_pos = 4096,
+                      .rope_theta = 10000.0f, .rms_eps = 1e-6f, .init_std = 0.02f, .tie_embeddings = 0, .qkv_bias = 0, .qk_norm = 1};
   else
     return -1;
   return 0;

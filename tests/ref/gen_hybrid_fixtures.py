@@ -28,7 +28,7 @@ from hf_env import require, report
 torch, transformers = require("gen_hybrid_fixtures.py", "safetensors")
 from safetensors.torch import save_file  # noqa: E402
 from transformers.models.qwen3_5.modeling_qwen3_5 import (  # noqa: E402
-    Qwen3_5RMSNormGated, Qwen3_5TextConfig, Qwen3_5TextRotaryEmbedding, apply_rotary_pos_emb, causal_conv1d_fn,
+    Qwen3_5DecoderLayer, Qwen3_5RMSNormGated, Qwen3_5TextConfig, Qwen3_5TextRotaryEmbedding, apply_rotary_pos_emb, causal_conv1d_fn,
     l2norm, torch_chunk_gated_delta_rule)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,6 +36,7 @@ FIXTURES = os.path.normpath(os.path.join(HERE, "..", "fixtures"))
 B, T, HK, HV, KD, VD = 2, 150, 2, 6, 12, 10
 CONV = 2 * HK * KD + HV * VD  # the conv's channels: q|k|v
 ROPE_HD = 24
+DN_D = 40
 RECORDS = (0, 37, 101)  # record starts of row 0
 SEED = 3501
 
@@ -115,6 +116,45 @@ def blocks(randn, gen, pos):
     return out
 
 
+def dn_layer(randn, gen, pos):
+    """A whole Gated DeltaNet decoder layer (Qwen3_5DecoderLayer, linear_attention):
+    hidden 40, 2 key heads of 6, 4 value heads of 10, conv 4, MLP 56, random weights
+    (the zero-centred norms too), on the same rows (row 0's records each through the
+    layer on its own). Names: dn.x, dn.dy, dn.y, dn.dx, dn.w.<name> and
+    dn.grad.<name> for each of the layer's parameters."""
+    cfg = Qwen3_5TextConfig(hidden_size=DN_D, intermediate_size=56, num_hidden_layers=1,
+                            layer_types=["linear_attention"], linear_num_key_heads=2, linear_num_value_heads=4,
+                            linear_key_head_dim=6, linear_value_head_dim=10, linear_conv_kernel_dim=4,
+                            num_attention_heads=2, num_key_value_heads=1, head_dim=8, rms_norm_eps=1e-6)
+    layer = Qwen3_5DecoderLayer(cfg, 0).float()
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.log(torch.empty(p.shape).uniform_(0.5, 8, generator=gen)))
+            elif name.endswith("dt_bias"):
+                p.copy_(randn(*p.shape) * 0.5)
+            elif name == "linear_attn.norm.weight":
+                p.copy_(1 + 0.3 * randn(*p.shape))
+            elif p.dim() == 1:  # the zero-centred layer norms
+                p.copy_(0.3 * randn(*p.shape))
+            else:
+                p.copy_(randn(*p.shape) * (0.5 if "conv1d" in name else 0.15))
+    x = randn(B, T, DN_D).requires_grad_()
+    dy = randn(B, T, DN_D)
+    bounds = list(RECORDS) + [T]
+    segments = [(0, s, e) for s, e in zip(bounds, bounds[1:])] + [(1, 0, T)]
+    rows = {0: [], 1: []}
+    for b, s, e in segments:
+        rows[b].append(layer(x[b:b + 1, s:e], position_embeddings=None)[0])
+    y = torch.stack([torch.cat(rows[0]), torch.cat(rows[1])])
+    (y * dy).sum().backward()
+    out = {"dn.x": x, "dn.dy": dy, "dn.y": y, "dn.dx": x.grad}
+    for name, p in layer.named_parameters():
+        out["dn.w." + name] = p
+        out["dn.grad." + name] = p.grad
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=FIXTURES)
@@ -159,6 +199,7 @@ def main():
     tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "dout": dout, "out": out,
                "dq": q.grad, "dk": k.grad, "dv": v.grad, "dg": g.grad, "dbeta": beta.grad}
     tensors.update(blocks(randn, gen, pos))
+    tensors.update(dn_layer(randn, gen, pos))
     tensors = {n: t.detach().contiguous().float() for n, t in tensors.items()}
     tensors["pos"] = pos
     d = os.path.join(args.out, "hybrid_blocks")

@@ -69,9 +69,13 @@ static void check_config(const char *name, const eng_config *c, int full) {
 
 int main(void) {
   // traind-train's "demo" preset and make demo's model (deploy/example-job.yaml).
-  eng_config demo = {ENG_ARCH_QWEN3, 256, 384, 6, 6, 2, 64, 1024, 4096, 10000.0f, 1e-6f, 0.02f, 1, 0, 1};
+  eng_config demo = {.arch = ENG_ARCH_QWEN3, .vocab = 256, .d_model = 384, .n_layers = 6, .n_heads = 6, .n_kv_heads = 2,
+                     .head_dim = 64, .d_ff = 1024, .max_pos = 4096,
+                     .rope_theta = 10000.0f, .rms_eps = 1e-6f, .init_std = 0.02f, .tie_embeddings = 1, .qkv_bias = 0, .qk_norm = 1};
   // traind-train's "1b" preset: TinyLlama's shape, 1.1B parameters.
-  eng_config b1 = {ENG_ARCH_LLAMA, 32000, 2048, 22, 32, 4, 64, 5632, 4096, 10000.0f, 1e-5f, 0.02f, 0, 0, 0};
+  eng_config b1 = {.arch = ENG_ARCH_LLAMA, .vocab = 32000, .d_model = 2048, .n_layers = 22, .n_heads = 32, .n_kv_heads = 4,
+                   .head_dim = 64, .d_ff = 5632, .max_pos = 4096,
+                   .rope_theta = 10000.0f, .rms_eps = 1e-5f, .init_std = 0.02f, .tie_embeddings = 0, .qkv_bias = 0, .qk_norm = 0};
   check_config("demo", &demo, 1);
 #if defined(__SANITIZE_ADDRESS__)
   (void)b1; // 9 GB of model state under ASan's shadow memory: the plain build checks it
