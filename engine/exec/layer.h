@@ -1,9 +1,11 @@
 // One transformer layer's forward and backward, composed from the kernels:
-//   x ─ RMSNorm ─ q,k,v proj (+bias) ─ [q/k RMSNorm] ─ RoPE ─ attention ─ o proj ─(+x)= xmid
+//   x ─ RMSNorm ─ q,k,v proj (+bias) ─ [q/k RMSNorm] ─ RoPE ─ attention ─ [gate] ─ o proj ─(+x)= xmid
 //   xmid ─ RMSNorm ─ gate,up proj ─ SwiGLU ─ down proj ─(+xmid)= y
 // The forward keeps what the backward needs in an eng_layer_acts of one
-// micro-batch; the executor recomputes it from the layer's input before the
-// backward (activation checkpointing at layer granularity). Under POET-X
+// micro-batch. Qwen3.5's full-attention layer is the same with its flags
+// (eng_config: attn_gate, norm_plus_one, rope_dim). The executor recomputes
+// it from the layer's input before the backward (activation checkpointing
+// at layer granularity). Under POET-X
 // (poet non-NULL) the seven products are the weights' POET chains
 // (poet/poet.h; with acts.z the fast mode, else the memory mode, where the
 // backward recomputes each chain's inner product from its input, which the
@@ -27,9 +29,11 @@ typedef struct eng_layer_acts {
   float *q, *k, *v;          // attention's inputs (after norm and RoPE), rows ldq/ldk/ldv
   int ldq, ldk, ldv;         //   apart: views into qkv, or q and k of their own (Qwen3)
   float *att, *lse;          // attention output, log-sum-exp           [n,H*hd], [B,H,T]
+  float *attg;               // att·sigmoid(gate) (Qwen3.5's output gate) [n,H*hd], or NULL
   float *xmid;               // residual after attention                [n,d]
   float *xn2, *rstd2;        // MLP norm output and 1/rms               [n,d], [n]
   float *gu, *hact;          // gate|up projections, silu(gate)*up      [n,2ff], [n,ff]
+  float *w1, *w2, *wq, *wk;  // zero-centred norms: 1 + the norms' weights [d],[d],[hd],[hd]; else NULL
   float *z;                  // POET-X's fast mode: each chain's product before its output
                              // rotation, weight by weight (q, k, v, o, gate, up, down), [n, out]
                              // each; NULL: the backward recomputes them (the memory mode)

@@ -64,6 +64,12 @@ void eng_k_headnorm_fwd(float *y, int ldy, float *rstd, const float *x, int ldx,
                         int hd, float eps);
 void eng_k_headnorm_bwd(float *dx, float *dw, const float *dy, int ldy, const float *x, int ldx, const float *w,
                         const float *rstd, int n, int heads, int hd);
+// The same with x's heads hs floats apart (dx's too; y and dy contiguous):
+// Qwen3.5's q_proj interleaves each head's query with its gate (hs = 2·hd).
+void eng_k_headnorm_hs_fwd(float *y, int ldy, float *rstd, const float *x, int ldx, int hs, const float *w, int n,
+                           int heads, int hd, float eps);
+void eng_k_headnorm_hs_bwd(float *dx, float *dw, const float *dy, int ldy, const float *x, int ldx, int hs,
+                           const float *w, const float *rstd, int n, int heads, int hd);
 
 // Position ids of packed sequences (rope and attention): pos is [B][T]
 // row-major, or NULL for 0..T-1 in every row. pos[b][0] == 0, and for t > 0

@@ -370,6 +370,13 @@ int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
     return eng_err_set(e, ENG_EINVAL,
                        "%s: qkv_bias %d and qk_norm %d do not match architecture %s (which has %d and %d)",
                        what, c->qkv_bias, c->qk_norm, row->model_type, row->qkv_bias, row->qk_norm);
+  // The gate rides in q_proj's rows between the heads' queries, so the q/k
+  // norms (which write q out of them) must be there to de-interleave it.
+  if (c->attn_gate && !c->qk_norm)
+    return eng_err_set(e, ENG_EINVAL, "%s: an attention output gate needs q/k norms", what);
+  if (c->rope_dim < 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
+    return eng_err_set(e, ENG_EINVAL, "%s: %d rotary dims of head_dim %d: must be even and at most head_dim", what,
+                       c->rope_dim, c->head_dim);
   if (c->tie_embeddings != 0 && c->tie_embeddings != 1)
     return eng_err_set(e, ENG_EINVAL, "%s: field \"tie_word_embeddings\" must be 0 or 1, got %d",
                        what, c->tie_embeddings);

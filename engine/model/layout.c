@@ -91,8 +91,9 @@ void eng_layout_init(eng_layout *lo, const eng_config *c) {
   size_t off = 0;
   off = place(&p[ENG_P_ATTN_NORM], off, d, 0, 1);
   // q, k, v weights back to back and then their biases: the cpu layer
-  // multiplies by them as one [H·hd + 2·KV·hd, d] matrix (exec/layer.c).
-  off = place(&p[ENG_P_WQ], off, q, d, 1);
+  // multiplies by them as one [H·hd·(1 + gate) + 2·KV·hd, d] matrix (exec/layer.c).
+  // With an output gate, q_proj gives each head's query then its gate.
+  off = place(&p[ENG_P_WQ], off, q * (1 + c->attn_gate), d, 1);
   off = place(&p[ENG_P_WK], off, kv, d, 1);
   off = place(&p[ENG_P_WV], off, kv, d, 1);
   off = place(&p[ENG_P_BQ], off, q, 0, c->qkv_bias);

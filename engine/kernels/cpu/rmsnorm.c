@@ -14,11 +14,11 @@
 #include "kernels/cpu/kmath.h"
 
 // Vector v = i·g + j of n rows × g groups: row i, group j, d values from
-// base + i·ld + j·d. Loops run over rows and groups (no division per vector).
-static void fwd_row(float *y, size_t ldy, float *rstd, const float *x, size_t ldx, const float *w, int i, int g,
-                    int d, float eps) {
+// x + i·ldx + j·xs (y + i·ldy + j·d: the output's groups are contiguous). Loops run over rows and groups (no division per vector).
+static void fwd_row(float *y, size_t ldy, float *rstd, const float *x, size_t ldx, size_t xs, const float *w, int i,
+                    int g, int d, float eps) {
   for (int j = 0; j < g; j++) {
-    const float *xi = x + (size_t)i * ldx + (size_t)j * d;
+    const float *xi = x + (size_t)i * ldx + (size_t)j * xs;
     float *yi = y + (size_t)i * ldy + (size_t)j * d;
     float r = eng_km_rms_rstd(eng_k_sumsq_row(xi, (size_t)d), d, eps);
     rstd[(size_t)i * g + j] = r;
@@ -26,14 +26,14 @@ static void fwd_row(float *y, size_t ldy, float *rstd, const float *x, size_t ld
   }
 }
 
-static void norm_fwd(float *y, size_t ldy, float *rstd, const float *x, size_t ldx, const float *w, int n, int g,
-                     int d, float eps) {
+static void norm_fwd(float *y, size_t ldy, float *rstd, const float *x, size_t ldx, size_t xs, const float *w, int n,
+                     int g, int d, float eps) {
   if (!eng_k_team((size_t)n * g * (size_t)d)) {
-    for (int i = 0; i < n; i++) fwd_row(y, ldy, rstd, x, ldx, w, i, g, d, eps);
+    for (int i = 0; i < n; i++) fwd_row(y, ldy, rstd, x, ldx, xs, w, i, g, d, eps);
     return;
   }
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < n; i++) fwd_row(y, ldy, rstd, x, ldx, w, i, g, d, eps);
+  for (int i = 0; i < n; i++) fwd_row(y, ldy, rstd, x, ldx, xs, w, i, g, d, eps);
 }
 
 // Σ_j dy[j]·w[j]·xhat[j] in double with 8 partial sums in a fixed tree.
@@ -57,7 +57,7 @@ enum { CHUNKS = 8 };
 
 // dx and dres are laid out like x (ldx); dy has its own ldy.
 static void norm_bwd(float *dx, float *dw, const float *dy, size_t ldy, const float *dres, const float *x,
-                     size_t ldx, const float *w, const float *rstd, int n, int g, int d) {
+                     size_t ldx, size_t xs, const float *w, const float *rstd, int n, int g, int d) {
   int nv = n * g;
   double *part = dw ? malloc(sizeof(double) * CHUNKS * (size_t)d) : NULL;
   if (dw && !part) abort(); // a few KiB: out of memory here is not recoverable
@@ -68,7 +68,7 @@ static void norm_bwd(float *dx, float *dw, const float *dy, size_t ldy, const fl
     if (acc)
       for (int j = 0; j < d; j++) acc[j] = 0.0;
     for (int v = v0, i = v0 / g, h = v0 % g; v < v1; v++) {
-      size_t ox = (size_t)i * ldx + (size_t)h * d;
+      size_t ox = (size_t)i * ldx + (size_t)h * xs;
       const float *xi = x + ox, *dyi = dy + (size_t)i * ldy + (size_t)h * d;
       float r = rstd[v];
       if (dx) {
@@ -96,20 +96,30 @@ static void norm_bwd(float *dx, float *dw, const float *dy, size_t ldy, const fl
 }
 
 void eng_k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int n, int d, float eps) {
-  norm_fwd(y, (size_t)d, rstd, x, (size_t)d, w, n, 1, d, eps);
+  norm_fwd(y, (size_t)d, rstd, x, (size_t)d, (size_t)d, w, n, 1, d, eps);
 }
 
 void eng_k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *dres, const float *x, const float *w,
                        const float *rstd, int n, int d) {
-  norm_bwd(dx, dw, dy, (size_t)d, dres, x, (size_t)d, w, rstd, n, 1, d);
+  norm_bwd(dx, dw, dy, (size_t)d, dres, x, (size_t)d, (size_t)d, w, rstd, n, 1, d);
 }
 
 void eng_k_headnorm_fwd(float *y, int ldy, float *rstd, const float *x, int ldx, const float *w, int n, int heads,
                         int hd, float eps) {
-  norm_fwd(y, (size_t)ldy, rstd, x, (size_t)ldx, w, n, heads, hd, eps);
+  norm_fwd(y, (size_t)ldy, rstd, x, (size_t)ldx, (size_t)hd, w, n, heads, hd, eps);
 }
 
 void eng_k_headnorm_bwd(float *dx, float *dw, const float *dy, int ldy, const float *x, int ldx, const float *w,
                         const float *rstd, int n, int heads, int hd) {
-  norm_bwd(dx, dw, dy, (size_t)ldy, NULL, x, (size_t)ldx, w, rstd, n, heads, hd);
+  norm_bwd(dx, dw, dy, (size_t)ldy, NULL, x, (size_t)ldx, (size_t)hd, w, rstd, n, heads, hd);
+}
+
+void eng_k_headnorm_hs_fwd(float *y, int ldy, float *rstd, const float *x, int ldx, int hs, const float *w, int n,
+                           int heads, int hd, float eps) {
+  norm_fwd(y, (size_t)ldy, rstd, x, (size_t)ldx, (size_t)hs, w, n, heads, hd, eps);
+}
+
+void eng_k_headnorm_hs_bwd(float *dx, float *dw, const float *dy, int ldy, const float *x, int ldx, int hs,
+                           const float *w, const float *rstd, int n, int heads, int hd) {
+  norm_bwd(dx, dw, dy, (size_t)ldy, NULL, x, (size_t)ldx, (size_t)hs, w, rstd, n, heads, hd);
 }
