@@ -116,6 +116,59 @@ def blocks(randn, gen, pos):
     return out
 
 
+def randomize(layer, randn, gen):
+    """Random weights for a Qwen3.5 decoder layer: the zero-centred norms too, the
+    gated norm near 1, A_log and dt_bias in their ranges."""
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.log(torch.empty(p.shape).uniform_(0.5, 8, generator=gen)))
+            elif name.endswith("dt_bias"):
+                p.copy_(randn(*p.shape) * 0.5)
+            elif name == "linear_attn.norm.weight":
+                p.copy_(1 + 0.3 * randn(*p.shape))
+            elif p.dim() == 1:  # the zero-centred norms
+                p.copy_(0.3 * randn(*p.shape))
+            else:
+                p.copy_(randn(*p.shape) * (0.5 if "conv1d" in name else 0.15))
+
+
+def layer_fixture(prefix, layer, randn, pos, rotary=None):
+    """The layer on the rows (row 0's records each on their own, their positions
+    from 0), L = Σ y·dy: prefix + x, dy, y, dx, w.<name>, grad.<name>."""
+    x = randn(B, T, DN_D).requires_grad_()
+    dy = randn(B, T, DN_D)
+    bounds = list(RECORDS) + [T]
+    segments = [(0, s, e) for s, e in zip(bounds, bounds[1:])] + [(1, 0, T)]
+    rows = {0: [], 1: []}
+    for b, s, e in segments:
+        pe = rotary(x, pos[b:b + 1, s:e].long()) if rotary else None
+        rows[b].append(layer(x[b:b + 1, s:e], position_embeddings=pe)[0])
+    y = torch.stack([torch.cat(rows[0]), torch.cat(rows[1])])
+    (y * dy).sum().backward()
+    out = {prefix + "x": x, prefix + "dy": dy, prefix + "y": y, prefix + "dx": x.grad}
+    for name, p in layer.named_parameters():
+        out[prefix + "w." + name] = p
+        out[prefix + "grad." + name] = p.grad
+    return out
+
+
+def attn_layer(randn, gen, pos):
+    """A whole gated full-attention decoder layer (Qwen3_5DecoderLayer,
+    full_attention): hidden 40, 4 heads of 16 over 2 kv heads (head_dim
+    independent of hidden), a quarter of each head rotated (theta 10000), MLP 56,
+    random weights, sdpa (causal). Names: ga.*, as dn_layer's."""
+    cfg = Qwen3_5TextConfig(hidden_size=DN_D, intermediate_size=56, num_hidden_layers=1,
+                            layer_types=["full_attention"], num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                            rms_norm_eps=1e-6, attn_implementation="sdpa",
+                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                             "partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0],
+                                             "mrope_interleaved": True})
+    layer = Qwen3_5DecoderLayer(cfg, 0).float()
+    randomize(layer, randn, gen)
+    return layer_fixture("ga.", layer, randn, pos, Qwen3_5TextRotaryEmbedding(cfg))
+
+
 def dn_layer(randn, gen, pos):
     """A whole Gated DeltaNet decoder layer (Qwen3_5DecoderLayer, linear_attention):
     hidden 40, 2 key heads of 6, 4 value heads of 10, conv 4, MLP 56, random weights
@@ -127,32 +180,8 @@ def dn_layer(randn, gen, pos):
                             linear_key_head_dim=6, linear_value_head_dim=10, linear_conv_kernel_dim=4,
                             num_attention_heads=2, num_key_value_heads=1, head_dim=8, rms_norm_eps=1e-6)
     layer = Qwen3_5DecoderLayer(cfg, 0).float()
-    with torch.no_grad():
-        for name, p in layer.named_parameters():
-            if name.endswith("A_log"):
-                p.copy_(torch.log(torch.empty(p.shape).uniform_(0.5, 8, generator=gen)))
-            elif name.endswith("dt_bias"):
-                p.copy_(randn(*p.shape) * 0.5)
-            elif name == "linear_attn.norm.weight":
-                p.copy_(1 + 0.3 * randn(*p.shape))
-            elif p.dim() == 1:  # the zero-centred layer norms
-                p.copy_(0.3 * randn(*p.shape))
-            else:
-                p.copy_(randn(*p.shape) * (0.5 if "conv1d" in name else 0.15))
-    x = randn(B, T, DN_D).requires_grad_()
-    dy = randn(B, T, DN_D)
-    bounds = list(RECORDS) + [T]
-    segments = [(0, s, e) for s, e in zip(bounds, bounds[1:])] + [(1, 0, T)]
-    rows = {0: [], 1: []}
-    for b, s, e in segments:
-        rows[b].append(layer(x[b:b + 1, s:e], position_embeddings=None)[0])
-    y = torch.stack([torch.cat(rows[0]), torch.cat(rows[1])])
-    (y * dy).sum().backward()
-    out = {"dn.x": x, "dn.dy": dy, "dn.y": y, "dn.dx": x.grad}
-    for name, p in layer.named_parameters():
-        out["dn.w." + name] = p
-        out["dn.grad." + name] = p.grad
-    return out
+    randomize(layer, randn, gen)
+    return layer_fixture("dn.", layer, randn, pos)
 
 
 def main():
@@ -200,6 +229,7 @@ def main():
                "dq": q.grad, "dk": k.grad, "dv": v.grad, "dg": g.grad, "dbeta": beta.grad}
     tensors.update(blocks(randn, gen, pos))
     tensors.update(dn_layer(randn, gen, pos))
+    tensors.update(attn_layer(randn, gen, pos))
     tensors = {n: t.detach().contiguous().float() for n, t in tensors.items()}
     tensors["pos"] = pos
     d = os.path.join(args.out, "hybrid_blocks")
