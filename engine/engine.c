@@ -113,11 +113,19 @@ static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 // directory's config ties a head that its weights hold distinct.
 static int spec_config(const eng_spec *spec, eng_config *cfg, int *untied, eng_err *e) {
   *untied = 0;
+  int rc;
   if (!spec->model_dir) {
     *cfg = spec->config;
-    return eng_config_validate(cfg, "spec", e);
+    rc = eng_config_validate(cfg, "spec", e);
+  } else {
+    rc = eng_hf_load_config(spec->fs, spec->model_dir, cfg, untied, e);
   }
-  return eng_hf_load_config(spec->fs, spec->model_dir, cfg, untied, e);
+  // The layers exist (exec/layer_dn.h) but the executor, the checkpoints and
+  // the planner still take every layer for an attention layer (DESIGN §7).
+  if (!rc && (cfg->full_every || cfg->dn.v_heads))
+    rc = eng_err_set(e, ENG_ENOTSUP, "Gated DeltaNet (hybrid) layers are not trained yet: the executor streams "
+                     "attention layers only");
+  return rc;
 }
 
 static eng_exec_policy spec_policy(const eng_spec *s) {

@@ -129,7 +129,7 @@ void eng_dn_layer_bwd(const eng_config *c, const eng_tensor *proto, const float 
   // β = sigmoid(b); g = −exp(A_log)·softplus(a + dt_bias): db and da into the
   // projection's gradient, dA_log and ddt_bias summed over rows in row order.
   const float *dt = W(ENG_P_DN_DT), *alog = W(ENG_P_DN_ALOG);
-  double sum_dt[ENG_DN_MAX_V_HEADS] = {0}, sum_alog[ENG_DN_MAX_V_HEADS] = {0};
+  double sum_dt[ENG_K_DN_MAX_V_HEADS] = {0}, sum_alog[ENG_K_DN_MAX_V_HEADS] = {0};
   for (size_t i = 0; i < m.n; i++) {
     const float *ai = a->p + i * m.pw + m.cq + m.vt + m.hv;
     float *dbi = s->dp + i * m.pw + m.cq + m.vt, *dai = dbi + m.hv;

@@ -17,10 +17,6 @@
 
 #include "model/layout.h"
 
-// Most value heads a DN layer may have (the backward sums dA_log and
-// dt_bias per head on the stack); Qwen3.5/3.6 have 16 to 64.
-#define ENG_DN_MAX_V_HEADS 256
-
 typedef struct eng_dn_acts {
   float *w1, *w2;            // 1 + the two layer norms' weights              [d], [d]
   float *xn1, *rstd1;        // mixer norm output, 1/rms                      [n,d], [n]

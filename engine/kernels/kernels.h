@@ -124,6 +124,9 @@ void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, con
 // [B,Hv,⌈T/C⌉,kd,vd] (eng_k_deltarule_states_floats): all the backward needs
 // beyond the inputs, so memory is O(T/C·kd·vd) per head.
 #define ENG_K_DR_CHUNK 64
+// Most value heads a Gated DeltaNet layer may have (its backward sums dA_log
+// and dt_bias per head on the stack, exec/layer_dn.c); Qwen3.5/3.6 have 16 to 64.
+#define ENG_K_DN_MAX_V_HEADS 256
 size_t eng_k_deltarule_states_floats(int B, int T, int Hv, int kd, int vd);
 void eng_k_deltarule_fwd(float *out, float *states, const float *q, int ldq, const float *k, int ldk, const float *v,
                          int ldv, const float *g, const float *beta, int ldg, const int32_t *pos, int B, int T, int Hk,

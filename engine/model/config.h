@@ -28,6 +28,8 @@ typedef struct eng_config {
   int attn_gate;      // q_proj also gives a gate per head: att·sigmoid(gate) before o_proj (Qwen3.5)
   int norm_plus_one;  // the norms are zero-centred, x̂·(1 + w) (Qwen3.5)
   int rope_dim;       // the dims of a head RoPE rotates (partial_rotary_factor·head_dim); 0: head_dim
+  int full_every;     // hybrid (Qwen3.5): layer l is attention when (l+1) % full_every == 0,
+                      // else Gated DeltaNet; 0: every layer is attention
   struct {            // Gated DeltaNet (Qwen3.5's linear_attention layers); 0 where none
     int k_heads, v_heads; // linear_num_key_heads, linear_num_value_heads
     int k_dim, v_dim;     // linear_key_head_dim, linear_value_head_dim

@@ -370,6 +370,18 @@ int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
     return eng_err_set(e, ENG_EINVAL,
                        "%s: qkv_bias %d and qk_norm %d do not match architecture %s (which has %d and %d)",
                        what, c->qkv_bias, c->qk_norm, row->model_type, row->qkv_bias, row->qk_norm);
+  if (c->full_every < 0 || c->full_every > c->n_layers)
+    return eng_err_set(e, ENG_EINVAL, "%s: full attention every %d layers of %d", what, c->full_every, c->n_layers);
+  if (c->full_every || c->dn.v_heads) {
+    if (c->dn.k_heads <= 0 || c->dn.v_heads <= 0 || c->dn.k_dim <= 0 || c->dn.v_dim <= 0 || c->dn.conv <= 0)
+      return eng_err_set(e, ENG_EINVAL, "%s: Gated DeltaNet layers need positive linear_num_key_heads, "
+                         "linear_num_value_heads, linear_key_head_dim, linear_value_head_dim and "
+                         "linear_conv_kernel_dim", what);
+    if (c->dn.v_heads % c->dn.k_heads || c->dn.v_heads > ENG_K_DN_MAX_V_HEADS || c->dn.conv > ENG_K_CONV_MAX)
+      return eng_err_set(e, ENG_ENOTSUP, "%s: %d linear value heads over %d key heads, conv %d: the value heads "
+                         "must be a multiple of the key heads and at most %d, the conv at most %d", what,
+                         c->dn.v_heads, c->dn.k_heads, c->dn.conv, ENG_K_DN_MAX_V_HEADS, ENG_K_CONV_MAX);
+  }
   // The gate rides in q_proj's rows between the heads' queries, so the q/k
   // norms (which write q out of them) must be there to de-interleave it.
   if (c->attn_gate && !c->qk_norm)

@@ -82,8 +82,8 @@ static int load_tensor(loader *L, const eng_st_file *f, const eng_st_tensor *st,
     return eng_err_set(e, ENG_EINVAL,
                        "%s: tensor \"%s\" has dtype %s; weights must be F32, BF16 or F16", f->path,
                        st->name, eng_st_dtype_name(st->dtype));
-  const int64_t want[2] = {t.rows, t.cols};
-  const int want_ndim = t.cols ? 2 : 1;
+  int64_t want[3];
+  const int want_ndim = eng_tensor_hf_shape(&t, want);
   int same = st->ndim == want_ndim;
   for (int i = 0; same && i < want_ndim; i++) same = st->shape[i] == want[i];
   if (!same) {
@@ -122,8 +122,8 @@ static int check_complete(const loader *L, eng_err *e) {
   missing m = {.L = L};
   if (!eng_layout_visit(L->lo, find_missing, &m)) return ENG_OK;
   char shape[64];
-  const int64_t dims[2] = {m.t.rows, m.t.cols};
-  format_shape(shape, sizeof shape, m.t.cols ? 2 : 1, dims);
+  int64_t dims[3];
+  format_shape(shape, sizeof shape, eng_tensor_hf_shape(&m.t, dims), dims);
   return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" (shape %s) is missing", L->source, m.t.name,
                      shape);
 }
@@ -311,11 +311,8 @@ static int collect_tensor(void *ctx, int shard, const eng_tensor *t) {
   collect *c = ctx;
   item *it = &c->items[c->n++];
   memcpy(it->name, t->name, sizeof it->name);
-  it->src = (eng_st_src){.name = it->name,
-                         .dtype = c->dtype,
-                         .ndim = t->cols ? 2 : 1,
-                         .shape = {t->rows, t->cols},
-                         .data = c->shards[shard] + t->off};
+  it->src = (eng_st_src){.name = it->name, .dtype = c->dtype, .data = c->shards[shard] + t->off};
+  it->src.ndim = eng_tensor_hf_shape(t, it->src.shape);
   it->bytes = eng_st_src_nbytes(&it->src);
   return 0;
 }

@@ -66,6 +66,7 @@ size_t eng_layout_dn_proto(eng_tensor p[ENG_P_LAYER_COUNT], const eng_config *c)
   off = place(&p[ENG_P_DN_B], off, hv, d, 1);
   off = place(&p[ENG_P_DN_A], off, hv, d, 1);
   off = place(&p[ENG_P_DN_CONV], off, 2 * kt + vt, c->dn.conv, 1);
+  p[ENG_P_DN_CONV].mid1 = 1; // nn.Conv1d's [channels, 1, kernel]
   off = place(&p[ENG_P_DN_DT], off, hv, 0, 1);
   off = place(&p[ENG_P_DN_ALOG], off, hv, 0, 1);
   off = place(&p[ENG_P_DN_NORM], off, c->dn.v_dim, 0, 1);
@@ -84,6 +85,7 @@ void eng_layout_init(eng_layout *lo, const eng_config *c) {
   const int ff = c->d_ff, hd = c->head_dim;
   lo->n_layers = c->n_layers;
   lo->n_shards = c->n_layers + 2;
+  lo->full_every = c->full_every;
 
   // Layer shard: tensors in enum order, which is also the order the forward
   // reads them, so one layer's weights are one contiguous copy.
@@ -118,17 +120,35 @@ void eng_layout_init(eng_layout *lo, const eng_config *c) {
   off = place(&lo->lm_head, off, c->vocab, d, !c->tie_embeddings);
   name_set(lo->lm_head.name, sizeof lo->lm_head.name, "lm_head.weight", "");
   lo->head_numel = off;
-  lo->total_numel = lo->embed.numel + (size_t)c->n_layers * lo->layer_numel + lo->head_numel;
+  if (c->full_every) lo->dn_numel = eng_layout_dn_proto(lo->dn_proto, c);
+  lo->total_numel = lo->embed.numel + lo->head_numel;
+  for (int l = 0; l < c->n_layers; l++) lo->total_numel += eng_layout_shard_numel(lo, l + 1);
+}
+
+int eng_tensor_hf_shape(const eng_tensor *t, int64_t shape[3]) {
+  shape[0] = t->rows;
+  if (!t->cols) return 1;
+  if (!t->mid1) return shape[1] = t->cols, 2;
+  shape[1] = 1, shape[2] = t->cols;
+  return 3;
+}
+
+eng_layer_kind eng_layout_kind(const eng_layout *lo, int l) {
+  return lo->full_every && (l + 1) % lo->full_every ? ENG_KIND_DN : ENG_KIND_ATTN;
+}
+
+const eng_tensor *eng_layout_proto(const eng_layout *lo, int l) {
+  return eng_layout_kind(lo, l) == ENG_KIND_DN ? lo->dn_proto : lo->layer_proto;
 }
 
 size_t eng_layout_shard_numel(const eng_layout *lo, int s) {
   if (s == 0) return lo->embed.numel;
   if (s == lo->n_layers + 1) return lo->head_numel;
-  return lo->layer_numel;
+  return eng_layout_kind(lo, s - 1) == ENG_KIND_DN ? lo->dn_numel : lo->layer_numel;
 }
 
 eng_tensor eng_layout_layer_tensor(const eng_layout *lo, int l, eng_layer_param p) {
-  eng_tensor t = lo->layer_proto[p];
+  eng_tensor t = eng_layout_proto(lo, l)[p];
   snprintf(t.name, sizeof t.name, "model.layers.%d.%s", l, layer_names[p].suffix);
   return t;
 }
@@ -154,7 +174,7 @@ int eng_layout_find(const eng_layout *lo, const char *name, int *shard, eng_tens
   if (snprintf(prefix, sizeof prefix, "model.layers.%d.", l) != n || strncmp(name, prefix, (size_t)n))
     return -1;
   for (int p = 0; p < ENG_P_LAYER_COUNT; p++) {
-    if (lo->layer_proto[p].numel && strcmp(name + n, layer_names[p].suffix) == 0) {
+    if (eng_layout_proto(lo, l)[p].numel && strcmp(name + n, layer_names[p].suffix) == 0) {
       *shard = l + 1;
       *t = eng_layout_layer_tensor(lo, l, (eng_layer_param)p);
       return 0;
@@ -167,7 +187,7 @@ int eng_layout_visit(const eng_layout *lo, eng_layout_visit_fn fn, void *ctx) {
   int rc = fn(ctx, 0, &lo->embed);
   for (int l = 0; !rc && l < lo->n_layers; l++) {
     for (int p = 0; !rc && p < ENG_P_LAYER_COUNT; p++) {
-      if (!lo->layer_proto[p].numel) continue;
+      if (!eng_layout_proto(lo, l)[p].numel) continue;
       eng_tensor t = eng_layout_layer_tensor(lo, l, (eng_layer_param)p);
       rc = fn(ctx, l + 1, &t);
     }

@@ -3,7 +3,7 @@
 // The model is a sequence of shards, each one contiguous array of floats that
 // streams as a unit (DESIGN §2):
 //   shard 0          the embedding table [vocab, d]
-//   shard 1 .. L     transformer layer l-1 (norms, attention, MLP)
+//   shard 1 .. L     transformer layer l-1 (norms, attention or Gated DeltaNet, MLP)
 //   shard L + 1      the head: final norm [d] and, when untied, lm_head [vocab, d]
 // A tensor absent from a configuration (biases on Llama, q/k norms outside
 // Qwen3, lm_head when tied) has numel 0. Matrices are row-major [rows, cols]
@@ -48,14 +48,22 @@ typedef struct eng_tensor {
   size_t off;        // offset in floats inside its shard
   size_t numel;      // 0 when the configuration has no such tensor
   int rows, cols;    // cols == 0 for vectors
+  int mid1;          // Hugging Face stores it [rows, 1, cols] (a depthwise conv's weight)
   char name[96];     // Hugging Face name, e.g. "model.layers.3.mlp.up_proj.weight"
 } eng_tensor;
+
+// A layer's kind: attention, or (in a hybrid, eng_config.full_every > 0)
+// Gated DeltaNet, with every full_every-th layer attention (Qwen3.5).
+typedef enum { ENG_KIND_ATTN = 0, ENG_KIND_DN = 1 } eng_layer_kind;
 
 typedef struct eng_layout {
   int n_layers;
   int n_shards;                             // n_layers + 2
-  size_t layer_numel;                       // floats in one layer shard
-  eng_tensor layer_proto[ENG_P_LAYER_COUNT]; // offsets and shapes, names for layer 0
+  int full_every;                           // eng_config's: 0, every layer is attention
+  size_t layer_numel;                       // floats in an attention layer's shard
+  eng_tensor layer_proto[ENG_P_LAYER_COUNT]; // an attention layer: offsets and shapes, names for layer 0
+  size_t dn_numel;                          // the same for a Gated DeltaNet layer (0 in none)
+  eng_tensor dn_proto[ENG_P_LAYER_COUNT];
   eng_tensor embed;                          // shard 0, "model.embed_tokens.weight"
   eng_tensor final_norm;                     // shard L+1, "model.norm.weight"
   eng_tensor lm_head;                        // shard L+1 after final_norm, numel 0 when tied
@@ -67,16 +75,21 @@ void eng_layout_init(eng_layout *lo, const eng_config *c);
 
 // The prototype of a Gated DeltaNet layer of c (names for layer 0): the
 // norms and MLP as an attention layer's, the DN tensors instead of the
-// attention's; returns its floats. The layout does not yet hold layers of
-// more than one kind (DESIGN §7): the DN layer (exec/layer_dn.h) and its test
-// use this until it does.
+// attention's; returns its floats (eng_layout_init's dn_proto).
 size_t eng_layout_dn_proto(eng_tensor proto[ENG_P_LAYER_COUNT], const eng_config *c);
 
 // Floats in shard s.
 size_t eng_layout_shard_numel(const eng_layout *lo, int s);
 
+// Layer l's kind and its prototype (offsets and shapes; names for layer 0).
+eng_layer_kind eng_layout_kind(const eng_layout *lo, int l);
+const eng_tensor *eng_layout_proto(const eng_layout *lo, int l);
+
 // Describes tensor p of layer l (its name carries l).
 eng_tensor eng_layout_layer_tensor(const eng_layout *lo, int l, eng_layer_param p);
+
+// t's shape as Hugging Face stores it, into shape[3]; returns its dims (1-3).
+int eng_tensor_hf_shape(const eng_tensor *t, int64_t shape[3]);
 
 // Finds a tensor by its Hugging Face name: returns 0 and fills *shard and *t,
 // or -1 when the name is not part of this configuration.
