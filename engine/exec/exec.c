@@ -908,7 +908,7 @@ int eng_exec_run(eng_exec *x, const int32_t *ids, const int32_t *labels, const i
       if (cancelled(cancel)) return abort_step(x, ENG_ECANCEL, e);
       if (l < e_ - 1) STEP_TRY(win_begin(x, exec_win_bwd(L, l), NULL, res, e));
       const void *w = sched_acquire(x, l + 1, &res->t_wait);
-      STEP_TRY(gslot_begin(x, gi, lo->layer_numel, &res->t_wait, e));
+      STEP_TRY(gslot_begin(x, gi, eng_layout_shard_numel(lo, l + 1), &res->t_wait, e));
       float *g = x->gslot[gi & 1];
       const void *in = l == cb ? xin0 : pool[rcb[l]];
       double tc = eng_now();

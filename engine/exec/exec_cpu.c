@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "exec/exec_impl.h"
 #include "exec/layer.h"
+#include "exec/layer_dn.h"
 #include "kernels/kernels.h"
 
 // POET-X's buffers in the arena's own region (exec_sizes.own): the
@@ -31,6 +32,9 @@ typedef struct poet_bufs {
 typedef struct cpu_state {
   eng_layer_acts *acts;      // by exec_acts_index, bound where x->acts_at says
   eng_layer_scratch scratch;
+  eng_dn_acts *dn_acts;      // a hybrid's Gated DeltaNet layers: the same buffers seen as theirs
+  eng_dn_scratch dn_scratch;
+  float *fnorm1;             // zero-centred norms: 1 + the final norm's weight [d]
   poet_bufs poet;
 } cpu_state;
 
@@ -56,12 +60,17 @@ int eng_exec_cpu_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes
   int rc;
   size_t own = poet_own_floats(c, p, &rot, &work, e, &rc);
   if (rc) return rc;
+  size_t acts = eng_layer_acts_floats(c, mb, T) + (p->poet_block && p->poet_fast ? eng_layer_acts_z_floats(c, mb, T) : 0);
+  size_t scratch = eng_layer_scratch_floats(c, mb, T);
+  if (c->full_every) { // a buffer serves either kind of layer
+    if (eng_dn_acts_floats(c, mb, T) > acts) acts = eng_dn_acts_floats(c, mb, T);
+    if (eng_dn_scratch_floats(c, mb, T) > scratch) scratch = eng_dn_scratch_floats(c, mb, T);
+  }
   *z = (exec_sizes){.align = 64,
                     .weight = sizeof(float),
                     .act = sizeof(float),
-                    .acts = (eng_layer_acts_floats(c, mb, T) +
-                             (p->poet_block && p->poet_fast ? eng_layer_acts_z_floats(c, mb, T) : 0)) * sizeof(float),
-                    .scratch = eng_layer_scratch_floats(c, mb, T) * sizeof(float),
+                    .acts = acts * sizeof(float),
+                    .scratch = scratch * sizeof(float),
                     .head_scratch = eng_k_head_loss_scratch_floats(c->vocab) * sizeof(float),
                     .own = own * sizeof(float)};
   return 0;
@@ -93,11 +102,17 @@ static int cpu_open(eng_exec *x, eng_err *e) {
   const size_t n_acts = 1 + (size_t)x->L * x->p.micro_batches;
   cpu_state *s = calloc(1, sizeof *s);
   if (s) s->acts = calloc(n_acts, sizeof *s->acts);
-  if (!s || !s->acts) {
+  if (s && c->full_every) s->dn_acts = calloc(n_acts, sizeof *s->dn_acts);
+  if (s && c->norm_plus_one) s->fnorm1 = malloc((size_t)c->d_model * sizeof(float));
+  if (!s || !s->acts || (c->full_every && !s->dn_acts) || (c->norm_plus_one && !s->fnorm1)) {
+    if (s) free(s->acts), free(s->dn_acts), free(s->fnorm1);
     free(s);
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate the executor's activation table");
   }
   x->be = s;
+  for (size_t k = 0; c->full_every && k < n_acts; k++)
+    if (x->acts_at[k]) eng_dn_acts_bind(&s->dn_acts[k], x->acts_at[k], c, x->mb, x->p.seq_len);
+  if (c->full_every) eng_dn_scratch_bind(&s->dn_scratch, x->scratch_buf, c, x->mb, x->p.seq_len);
   for (size_t k = 0; k < n_acts; k++)
     if (x->acts_at[k]) {
       eng_layer_acts_bind(&s->acts[k], x->acts_at[k], c, x->mb, x->p.seq_len);
@@ -122,7 +137,7 @@ static int cpu_open(eng_exec *x, eng_err *e) {
 
 static void cpu_close(eng_exec *x) {
   cpu_state *s = x->be;
-  if (s) free(s->acts), free(s->poet.sumsq);
+  if (s) free(s->acts), free(s->dn_acts), free(s->fnorm1), free(s->poet.sumsq);
   free(s);
   x->be = NULL;
 }
@@ -218,6 +233,11 @@ static int cpu_layer_fwd(eng_exec *x, int layer, const void *w, const void *in, 
                          eng_err *e) {
   (void)e;
   cpu_state *s = x->be;
+  const eng_layout *lo = &x->m->lo;
+  if (eng_layout_kind(lo, layer) == ENG_KIND_DN) {
+    eng_dn_layer_fwd(&x->m->cfg, lo->dn_proto, w, in, out, mb_pos(x, i), x->mb, x->p.seq_len, &s->dn_acts[acts]);
+    return 0;
+  }
   eng_poet_layer pl;
   if (x->p.poet_block) poet_view(x, layer, 0, &pl);
   eng_layer_fwd(&x->m->cfg, &x->m->lo, w, in, out, mb_pos(x, i), x->mb, x->p.seq_len, &s->acts[acts],
@@ -229,6 +249,12 @@ static int cpu_layer_bwd(eng_exec *x, int layer, const void *w, float *g, const 
                          const void *dy, void *dx, eng_err *e) {
   (void)e;
   cpu_state *s = x->be;
+  const eng_layout *lo = &x->m->lo;
+  if (eng_layout_kind(lo, layer) == ENG_KIND_DN) {
+    eng_dn_layer_bwd(&x->m->cfg, lo->dn_proto, w, g, in, &s->dn_acts[acts], dy, dx, mb_pos(x, i), x->mb,
+                     x->p.seq_len, &s->dn_scratch);
+    return 0;
+  }
   eng_poet_layer pl;
   if (x->p.poet_block) poet_view(x, layer, 1, &pl);
   eng_layer_bwd(&x->m->cfg, &x->m->lo, w, g, in, &s->acts[acts], dy, dx, mb_pos(x, i), x->mb, x->p.seq_len,
@@ -243,6 +269,11 @@ static int cpu_head(eng_exec *x, const void *w, float *g, const void *xl, void *
   const eng_layout *lo = &x->m->lo;
   const int d = c->d_model, V = c->vocab, mbn = x->mb * x->p.seq_len;
   const float *fnorm = w, *wmat = fnorm + lo->final_norm.numel;
+  if (c->norm_plus_one) { // x̂·(1 + w), the same bits as the plain norm given 1 + w
+    cpu_state *s = x->be;
+    for (int j = 0; j < d; j++) s->fnorm1[j] = 1.0f + fnorm[j];
+    fnorm = s->fnorm1;
+  }
   eng_k_rmsnorm_fwd(x->h_xn, x->h_rstd, xl, fnorm, mbn, d, c->rms_eps);
   float *lg = logits ? logits + (size_t)i * mbn * V : NULL;
   if (x->seq_loss && !g && !lg) { // scoring: sequence by sequence

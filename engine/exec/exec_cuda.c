@@ -285,7 +285,7 @@ static int cuda_grad_zero(eng_exec *x, int slot, size_t floats, eng_err *e) {
 static int cuda_grad_finish(eng_exec *x, int slot, int shard, eng_err *e) {
   cuda_state *s = x->be;
   const eng_layout *lo = &x->m->lo;
-  size_t n = shard == lo->n_layers + 1 ? lo->final_norm.numel + lo->lm_head.numel : lo->layer_numel;
+  size_t n = shard == lo->n_layers + 1 ? lo->final_norm.numel + lo->lm_head.numel : eng_layout_shard_numel(lo, shard);
   int rc = eng_cuda_grad_finish(s->own.gout[slot], s->own.sumsq + shard, x->gslot[slot], n, s->own.fin_scratch,
                                 s->st, e);
   return rc ? rc : eng_dev_cuda_mark(x->dev, &s->gmark[slot], e);

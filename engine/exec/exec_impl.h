@@ -157,7 +157,8 @@ struct eng_exec {
 // final norm and the head matrix, lm_head or the tied embedding) when larger.
 static inline size_t exec_slot_values(const eng_layout *lo) {
   size_t head = lo->final_norm.numel + lo->embed.numel;
-  return lo->layer_numel > head ? lo->layer_numel : head;
+  size_t layer = lo->layer_numel > lo->dn_numel ? lo->layer_numel : lo->dn_numel;
+  return layer > head ? layer : head;
 }
 
 // Activations of layer l's micro-batch i: index 0 is the workspace that

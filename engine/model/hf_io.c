@@ -32,8 +32,9 @@ static size_t slot_of(const eng_layout *lo, int shard, const eng_tensor *t) {
   const size_t per_layer = ENG_P_LAYER_COUNT, head = 1 + (size_t)lo->n_layers * per_layer;
   if (shard == 0) return 0;
   if (shard == lo->n_layers + 1) return t->off == lo->final_norm.off ? head : head + 1;
+  const eng_tensor *proto = eng_layout_proto(lo, shard - 1);
   size_t p = 0;
-  while (lo->layer_proto[p].off != t->off || !lo->layer_proto[p].numel) p++;
+  while (proto[p].off != t->off || !proto[p].numel) p++;
   return 1 + (size_t)(shard - 1) * per_layer + p;
 }
 
@@ -435,7 +436,8 @@ int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
   if (rc) return rc;
   eng_layout want;
   eng_layout_init(&want, c);
-  if (want.n_layers != lo->n_layers || want.layer_numel != lo->layer_numel ||
+  if (want.n_layers != lo->n_layers || want.layer_numel != lo->layer_numel || want.dn_numel != lo->dn_numel ||
+      want.full_every != lo->full_every ||
       want.embed.numel != lo->embed.numel || want.head_numel != lo->head_numel)
     return eng_err_set(e, ENG_ESTATE, "%s: the parameter layout does not match the config", dir);
   rc = make_dirs(dir, e);

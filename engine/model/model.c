@@ -30,7 +30,7 @@ static int shard_tensors(const eng_layout *lo, int s, eng_tensor *ts) {
     if (lo->lm_head.numel) ts[n++] = lo->lm_head;
   } else {
     for (int p = 0; p < ENG_P_LAYER_COUNT; p++)
-      if (lo->layer_proto[p].numel) ts[n++] = eng_layout_layer_tensor(lo, s - 1, p);
+      if (eng_layout_proto(lo, s - 1)[p].numel) ts[n++] = eng_layout_layer_tensor(lo, s - 1, p);
   }
   return n;
 }
@@ -378,6 +378,11 @@ typedef struct init_ctx {
   float *scratch; // the largest tensor's values, under a bf16 base or a master in parts
 } init_ctx;
 
+static int ends_with(const char *s, const char *tail) {
+  size_t a = strlen(s), b = strlen(tail);
+  return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
 static int init_tensor(void *ctx, int shard, const eng_tensor *t) {
   init_ctx *ic = ctx;
   float *p = eng_model_tensor(ic->m, shard, t);
@@ -387,11 +392,17 @@ static int init_tensor(void *ctx, int shard, const eng_tensor *t) {
   if (t->cols) {
     const double std = ic->m->cfg.init_std;
     for (size_t i = 0; i < t->numel; i++) p[i] = (float)(std * eng_rng_normal(&r));
+  } else if (ends_with(t->name, "A_log")) {
+    // Gated DeltaNet's decay rates: log of U(0.01, 16), as transformers draws them.
+    for (size_t i = 0; i < t->numel; i++) p[i] = logf(0.01f + 15.99f * (float)((eng_rng_u64(&r) >> 11) * 0x1p-53));
   } else {
-    // Vectors: norm weights start at 1, biases at 0 (bias names end in "bias").
-    size_t len = strlen(t->name);
-    float val = (len > 4 && strcmp(t->name + len - 4, "bias") == 0) ? 0.0f : 1.0f;
-    for (size_t i = 0; i < t->numel; i++) p[i] = val;
+    // Vectors: norm weights start at 1 (zero-centred ones, x̂·(1 + w), at 0;
+    // not the gated norm's), biases at 0 (names end in "bias") but
+    // DeltaNet's dt_bias at 1.
+    const int bias = ends_with(t->name, "bias") && !ends_with(t->name, "dt_bias");
+    const int zero = bias || (ic->m->cfg.norm_plus_one && !ends_with(t->name, "dt_bias") &&
+                              !ends_with(t->name, "linear_attn.norm.weight"));
+    for (size_t i = 0; i < t->numel; i++) p[i] = zero ? 0.0f : 1.0f;
   }
   // POET-X starts from scratch with each row of a frozen W0 at unit norm.
   const eng_shard *sh = &ic->m->shards[shard];

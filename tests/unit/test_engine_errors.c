@@ -104,7 +104,8 @@ int main(void) {
   expect(&s, ENG_EINVAL, "spec");
   s = base, s.config.full_every = 2, s.config.dn.k_heads = 2, s.config.dn.v_heads = 2, s.config.dn.k_dim = 8,
   s.config.dn.v_dim = 8, s.config.dn.conv = 4;
-  expect(&s, ENG_ENOTSUP, "Gated DeltaNet (hybrid) layers are not trained yet");
+  s.method = ENG_METHOD_POETX, s.poet_block = 4;
+  expect(&s, ENG_ENOTSUP, "method poetx does not cover Gated DeltaNet");
   s = base, s.device_cap = 4096;
   expect(&s, ENG_ECAP, "bytes");
   s = base, s.train_path = tmp_path("missing.txt");
