@@ -28,6 +28,13 @@ static const eng_arch_refusal qwen3_refuse[] = {
 // set, and its Qwen configs default it to 4096.
 static const char *const qwen_save_null[] = {"sliding_window", NULL};
 static const char *const none[] = {NULL};
+static const eng_arch_refusal qwen3_5_refuse[] = {
+    {"attention_bias", "a bias on the attention projections"},
+    {NULL, NULL},
+};
+// Qwen3_5TextConfig's defaults.
+static const eng_arch_hybrid qwen3_5_hybrid = {.k_heads = 16, .v_heads = 32, .k_dim = 128, .v_dim = 128,
+                                               .conv = 4, .full_every = 4, .partial_rotary = 0.25f};
 
 // What Qwen2Config and Qwen3Config share: 32 key/value heads and 32768
 // positions when absent, layer_types accepted, sliding_window written null.
@@ -55,6 +62,18 @@ static const eng_arch_row rows[ENG_ARCH_COUNT] = {
                         .head_dim_absent = 128,
                         .qk_norm = 1,
                         .refuse = qwen3_refuse},
+    [ENG_ARCH_QWEN3_5] = {.model_type = "qwen3_5_text",
+                          .hf_class = "Qwen3_5ForCausalLM",
+                          .layer = "Gated DeltaNet (conv, L2-normalised q and k, the gated delta rule, gated "
+                                   "RMSNorm) or, every full_attention_interval-th layer, attention with q/k norms, "
+                                   "partial RoPE and a sigmoid output gate; zero-centred norms; SwiGLU MLP",
+                          .kv_heads_absent = 4,
+                          .head_dim_absent = 256,
+                          .max_pos_absent = 32768,
+                          .qk_norm = 1,
+                          .refuse = qwen3_5_refuse,
+                          .save_null = none,
+                          .hybrid = &qwen3_5_hybrid},
 };
 
 const eng_arch_row *eng_arch_row_of(eng_arch a) {
@@ -86,6 +105,7 @@ void eng_arch_apply(struct eng_config *c, eng_arch a) {
   c->arch = a;
   c->qkv_bias = r ? r->qkv_bias : 0;
   c->qk_norm = r ? r->qk_norm : 0;
+  c->attn_gate = c->norm_plus_one = r && r->hybrid;
 }
 
 void eng_arch_print_table(FILE *f) {

@@ -18,13 +18,23 @@
 
 // Stable numbers: checkpoints store them (engine.c's meta) and the daemon's
 // proto names them (Arch = eng_arch + 1). A new family takes the next number.
-typedef enum { ENG_ARCH_LLAMA = 0, ENG_ARCH_QWEN2 = 1, ENG_ARCH_QWEN3 = 2, ENG_ARCH_COUNT } eng_arch;
+typedef enum { ENG_ARCH_LLAMA = 0, ENG_ARCH_QWEN2 = 1, ENG_ARCH_QWEN3 = 2, ENG_ARCH_QWEN3_5 = 3, ENG_ARCH_COUNT } eng_arch;
 
 // A boolean config key whose true the engine refuses; `what` completes
 // "... is true: <what> is not supported". Exports write it false.
 typedef struct eng_arch_refusal {
   const char *key, *what;
 } eng_arch_refusal;
+
+// A hybrid family (Qwen3.5): Gated DeltaNet layers, every full_every-th
+// layer gated full attention (q_proj with a gate per head, q/k norms,
+// partial RoPE), zero-centred norms. transformers' defaults for its keys:
+typedef struct eng_arch_hybrid {
+  int k_heads, v_heads, k_dim, v_dim, conv; // linear_num_key_heads, ..._value_heads, linear_key_head_dim,
+                                            // linear_value_head_dim, linear_conv_kernel_dim
+  int full_every;                           // full_attention_interval (when layer_types is absent)
+  float partial_rotary;                     // partial_rotary_factor
+} eng_arch_hybrid;
 
 typedef struct eng_arch_row {
   const char *model_type;     // config.json "model_type", traind-train --arch
@@ -42,6 +52,7 @@ typedef struct eng_arch_row {
   uint8_t layer_types;         // "layer_types" may be present (every entry full_attention)
   const eng_arch_refusal *refuse; // ends with {NULL}
   const char *const *save_null;   // keys an export writes null; ends with NULL
+  const eng_arch_hybrid *hybrid;  // NULL: every layer is attention
 } eng_arch_row;
 
 // The row of a (NULL for a value outside the table).
@@ -54,8 +65,9 @@ const char *eng_arch_name(eng_arch a);
 // buf[n] for messages, sep between entries (e.g. ", " or " | "); returns buf.
 char *eng_arch_list(char *buf, size_t n, int by_class, const char *sep);
 
-// Sets c->arch to a and the tensors its layers hold (qkv_bias, qk_norm) from
-// the row: every eng_config that names an architecture gets them this way.
+// Sets c->arch to a and the tensors its layers hold (qkv_bias, qk_norm; a
+// hybrid's attn_gate and norm_plus_one) from the row: every eng_config that
+// names an architecture gets them this way.
 struct eng_config;
 void eng_arch_apply(struct eng_config *c, eng_arch a);
 

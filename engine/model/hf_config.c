@@ -124,7 +124,8 @@ static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_e
 // "rope_parameters": {"rope_theta", "rope_type"}; older versions write a
 // top-level "rope_theta" and put scaling in "rope_scaling". When both name a
 // theta, rope_parameters wins, as in transformers.
-static int parse_rope(const json_t *root, const char *path, float *theta, eng_err *e) {
+static int parse_rope(const json_t *root, const char *path, const eng_arch_row *row, float *theta, float *partial,
+                      eng_err *e) {
   const json_t *scaling = json_object_get(root, "rope_scaling");
   if (scaling && !json_is_null(scaling))
     return eng_err_set(e, ENG_ENOTSUP,
@@ -151,8 +152,11 @@ static int parse_rope(const json_t *root, const char *path, float *theta, eng_er
                            "supported",
                            path, key);
     } else if (strcmp(key, "partial_rotary_factor") == 0 && json_is_number(v) &&
-               json_number_value(v) == 1.0) {
-      // Rotating every dimension is what the engine does anyway.
+               (json_number_value(v) == 1.0 || row->hybrid)) {
+      *partial = (float)json_number_value(v); // a hybrid rotates part of each head
+    } else if (row->hybrid && (strcmp(key, "mrope_section") == 0 || strcmp(key, "mrope_interleaved") == 0)) {
+      // Multimodal RoPE: a text model's three position streams are equal,
+      // which makes it the plain rotation.
     } else {
       return eng_err_set(e, ENG_ENOTSUP,
                          "%s: field \"rope_parameters.%s\" is not supported (plain RoPE takes only "
@@ -206,6 +210,54 @@ static int refuse_unsupported(const json_t *root, const char *path, eng_arch arc
                            path, i);
     }
   }
+  return ENG_OK;
+}
+
+// ---- hybrid layers (Qwen3.5) ---------------------------------------------------------
+
+// The Gated DeltaNet dims, which layers are full attention (layer_types, or
+// full_attention_interval when it is absent: every full_every-th, the only
+// pattern the layout knows), and the rotated dims of a head.
+static int parse_hybrid(const json_t *root, const char *path, const eng_arch_hybrid *h, float partial,
+                        eng_config *c, eng_err *e) {
+  c->dn.k_heads = h->k_heads, c->dn.v_heads = h->v_heads, c->dn.k_dim = h->k_dim, c->dn.v_dim = h->v_dim;
+  c->dn.conv = h->conv, c->full_every = h->full_every;
+  int rc = get_int(root, path, "linear_num_key_heads", &c->dn.k_heads, e);
+  if (!rc) rc = get_int(root, path, "linear_num_value_heads", &c->dn.v_heads, e);
+  if (!rc) rc = get_int(root, path, "linear_key_head_dim", &c->dn.k_dim, e);
+  if (!rc) rc = get_int(root, path, "linear_value_head_dim", &c->dn.v_dim, e);
+  if (!rc) rc = get_int(root, path, "linear_conv_kernel_dim", &c->dn.conv, e);
+  if (!rc) rc = get_int(root, path, "full_attention_interval", &c->full_every, e);
+  if (rc) return rc;
+  const json_t *types = json_object_get(root, "layer_types");
+  if (types && !json_is_null(types)) {
+    if (!json_is_array(types)) return wrong_type(path, "layer_types", "an array", types, e);
+    if ((int)json_array_size(types) != c->n_layers)
+      return eng_err_set(e, ENG_EINVAL, "%s: field \"layer_types\" has %zu entries for %d layers", path,
+                         json_array_size(types), c->n_layers);
+    c->full_every = 0;
+    size_t i;
+    const json_t *v;
+    json_array_foreach(types, i, v) {
+      const char *t = json_is_string(v) ? json_string_value(v) : NULL;
+      if (!t || (strcmp(t, "full_attention") && strcmp(t, "linear_attention")))
+        return eng_err_set(e, ENG_ENOTSUP, "%s: field \"layer_types\" entry %zu is not \"full_attention\" or "
+                           "\"linear_attention\"", path, i);
+      if (!c->full_every && strcmp(t, "full_attention") == 0) c->full_every = (int)i + 1;
+    }
+    if (!c->full_every) c->full_every = c->n_layers + 1; // none: every layer linear
+    json_array_foreach(types, i, v) {
+      if ((strcmp(json_string_value(v), "full_attention") == 0) != ((i + 1) % (size_t)c->full_every == 0))
+        return eng_err_set(e, ENG_ENOTSUP, "%s: field \"layer_types\" entry %zu breaks the pattern of full "
+                           "attention every %d layers, the only one supported", path, i, c->full_every);
+    }
+  }
+  const int hd = c->head_dim;
+  c->rope_dim = (int)((float)hd * partial); // transformers: int(head_dim * partial_rotary_factor)
+  if (!(partial > 0 && partial <= 1) || c->rope_dim % 2 || c->rope_dim == 0)
+    return eng_err_set(e, ENG_ENOTSUP, "%s: field \"partial_rotary_factor\" %g of head_dim %d rotates %d dims; "
+                       "an even count from 2 to head_dim is supported", path, (double)partial, hd, c->rope_dim);
+  if (c->rope_dim == hd) c->rope_dim = 0;
   return ENG_OK;
 }
 
@@ -277,7 +329,10 @@ static int parse(const json_t *root, const char *path, eng_config *c, eng_err *e
   rc = get_int(root, path, "num_key_value_heads", &c->n_kv_heads, e);
   if (!rc) rc = get_int(root, path, "head_dim", &c->head_dim, e);
   if (!rc) rc = get_int(root, path, "max_position_embeddings", &c->max_pos, e);
-  if (!rc) rc = parse_rope(root, path, &c->rope_theta, e);
+  float partial = row->hybrid ? row->hybrid->partial_rotary : 1.0f;
+  if (!rc && row->hybrid) rc = get_float(root, path, "partial_rotary_factor", &partial, e);
+  if (!rc) rc = parse_rope(root, path, row, &c->rope_theta, &partial, e);
+  if (!rc && row->hybrid) rc = parse_hybrid(root, path, row->hybrid, partial, c, e);
   if (!rc) rc = get_float(root, path, "rms_norm_eps", &c->rms_eps, e);
   if (!rc) rc = get_float(root, path, "initializer_range", &c->init_std, e);
   if (!rc) rc = get_bool(root, path, "tie_word_embeddings", &c->tie_embeddings, e);
@@ -366,12 +421,18 @@ int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
                          (double)reals[i].v);
   // The architecture alone tells transformers which tensors exist, so the
   // flags must be the ones it implies.
+  if (!row->hybrid != !c->full_every)
+    return eng_err_set(e, ENG_EINVAL, "%s: architecture %s %s hybrid layers", what, row->model_type,
+                       row->hybrid ? "needs" : "has no");
+  if (c->attn_gate != (row->hybrid != NULL) || c->norm_plus_one != (row->hybrid != NULL))
+    return eng_err_set(e, ENG_EINVAL, "%s: the output gate and zero-centred norms are the hybrid architecture's",
+                       what);
   if (c->qkv_bias != row->qkv_bias || c->qk_norm != row->qk_norm)
     return eng_err_set(e, ENG_EINVAL,
                        "%s: qkv_bias %d and qk_norm %d do not match architecture %s (which has %d and %d)",
                        what, c->qkv_bias, c->qk_norm, row->model_type, row->qkv_bias, row->qk_norm);
-  if (c->full_every < 0 || c->full_every > c->n_layers)
-    return eng_err_set(e, ENG_EINVAL, "%s: full attention every %d layers of %d", what, c->full_every, c->n_layers);
+  if (c->full_every < 0) // past n_layers: no layer is full attention
+    return eng_err_set(e, ENG_EINVAL, "%s: full attention every %d layers", what, c->full_every);
   if (c->full_every || c->dn.v_heads) {
     if (c->dn.k_heads <= 0 || c->dn.v_heads <= 0 || c->dn.k_dim <= 0 || c->dn.v_dim <= 0 || c->dn.conv <= 0)
       return eng_err_set(e, ENG_EINVAL, "%s: Gated DeltaNet layers need positive linear_num_key_heads, "
@@ -409,6 +470,23 @@ static json_t *json_float(float f) {
 }
 
 static int set(json_t *obj, const char *key, json_t *v) { return json_object_set_new(obj, key, v); }
+
+// A hybrid's keys as Qwen3_5TextConfig reads them: layer_types spelled out.
+static int save_hybrid(json_t *o, json_t *rope, const eng_config *c) {
+  json_t *types = json_array();
+  int bad = !types;
+  for (int l = 0; !bad && l < c->n_layers; l++)
+    bad |= json_array_append_new(types, json_string((l + 1) % c->full_every ? "linear_attention" : "full_attention"));
+  bad |= set(o, "layer_types", types);
+  bad |= set(o, "linear_num_key_heads", json_integer(c->dn.k_heads));
+  bad |= set(o, "linear_num_value_heads", json_integer(c->dn.v_heads));
+  bad |= set(o, "linear_key_head_dim", json_integer(c->dn.k_dim));
+  bad |= set(o, "linear_value_head_dim", json_integer(c->dn.v_dim));
+  bad |= set(o, "linear_conv_kernel_dim", json_integer(c->dn.conv));
+  const int rd = c->rope_dim ? c->rope_dim : c->head_dim;
+  bad |= set(rope, "partial_rotary_factor", json_float((float)rd / (float)c->head_dim));
+  return bad;
+}
 
 // Sets o's token-id fields to those of the config.json at ids_from.
 static int copy_token_ids(json_t *o, const eng_fs *fs, const char *ids_from, eng_err *e) {
@@ -460,6 +538,7 @@ int eng_config_save(const eng_config *c, const char *path, const char *dtype_nam
   // "torch_dtype" until transformers 4.55, "dtype" since.
   bad |= set(o, "torch_dtype", json_string(dtype_name));
   bad |= set(o, "dtype", json_string(dtype_name));
+  if (row->hybrid) bad |= save_hybrid(o, rope, c);
   // What the row refuses is written off, so the export means what was trained.
   for (const eng_arch_refusal *x = row->refuse; x->key; x++) bad |= set(o, x->key, json_false());
   for (const char *const *k = row->save_null; *k; k++) bad |= set(o, *k, json_null());

@@ -140,10 +140,11 @@ int main(void) {
   check_layer(&f, "dn.", &L, pos);
 
   // Gated full attention: 4 heads of 16 over 2 kv heads, 4 of 16 dims rotated.
+  // (One layer, full attention every layer: the DN dims are unused.)
   eng_config ga = {.vocab = 8, .d_model = 40, .n_layers = 1, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16,
                    .d_ff = 56, .max_pos = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .init_std = 0.02f,
-                   .attn_gate = 1, .norm_plus_one = 1, .rope_dim = 4};
-  eng_arch_apply(&ga, ENG_ARCH_QWEN3); // q/k norms, no bias
+                   .rope_dim = 4, .full_every = 1, .dn = {2, 4, 6, 10, 4}};
+  eng_arch_apply(&ga, ENG_ARCH_QWEN3_5); // q/k norms, the output gate, zero-centred norms
   eng_err e = {0};
   CHECK_OK(eng_config_validate(&ga, "the test's config", &e), &e);
   eng_layout lo;

@@ -102,7 +102,7 @@ int main(void) {
   expect(&s, ENG_EINVAL, "heads");
   s = base, s.config.d_model = 0;
   expect(&s, ENG_EINVAL, "spec");
-  s = base, s.config.full_every = 2, s.config.dn.k_heads = 2, s.config.dn.v_heads = 2, s.config.dn.k_dim = 8,
+  s = base, eng_arch_apply(&s.config, ENG_ARCH_QWEN3_5), s.config.full_every = 2, s.config.dn.k_heads = 2, s.config.dn.v_heads = 2, s.config.dn.k_dim = 8,
   s.config.dn.v_dim = 8, s.config.dn.conv = 4;
   s.method = ENG_METHOD_POETX, s.poet_block = 4;
   expect(&s, ENG_ENOTSUP, "method poetx does not cover Gated DeltaNet");

@@ -18,7 +18,8 @@ enum { LAYERS = 6, STEPS = 12, SAVE = 5 };
 static void hybrid_spec(eng_spec *s) {
   tiny_spec(s, LAYERS);
   eng_config *c = &s->config;
-  c->attn_gate = 1, c->norm_plus_one = 1, c->rope_dim = 8, c->full_every = 3;
+  eng_arch_apply(c, ENG_ARCH_QWEN3_5); // the output gate, zero-centred norms
+  c->rope_dim = 8, c->full_every = 3;
   c->dn.k_heads = 2, c->dn.v_heads = 4, c->dn.k_dim = 16, c->dn.v_dim = 12, c->dn.conv = 4;
   s->seq_len = 96; // past one 64-token chunk of the delta rule
   s->batch = 4;

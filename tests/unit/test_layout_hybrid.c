@@ -73,8 +73,8 @@ int main(void) {
   // q_proj twice as wide for the gate, 3 value heads per key head.
   eng_config tiny = {.vocab = 97, .d_model = 40, .n_layers = 7, .n_heads = 4, .n_kv_heads = 2, .head_dim = 12,
                      .d_ff = 56, .max_pos = 512, .rope_theta = 1e7f, .rms_eps = 1e-6f, .init_std = 0.02f,
-                     .attn_gate = 1, .norm_plus_one = 1, .rope_dim = 4, .full_every = 3, .dn = {2, 6, 6, 10, 4}};
-  eng_arch_apply(&tiny, ENG_ARCH_QWEN3); // q/k norms, no bias
+                     .rope_dim = 4, .full_every = 3, .dn = {2, 6, 6, 10, 4}};
+  eng_arch_apply(&tiny, ENG_ARCH_QWEN3_5);
   eng_err e = {0};
   CHECK_OK(eng_config_validate(&tiny, "tiny", &e), &e);
   eng_layout lo;
@@ -114,9 +114,8 @@ int main(void) {
   // key heads and 48 value heads of 128, conv 4; vocabulary 248320, untied.
   eng_config q27 = {.vocab = 248320, .d_model = 5120, .n_layers = 64, .n_heads = 24, .n_kv_heads = 4,
                     .head_dim = 256, .d_ff = 17408, .max_pos = 262144, .rope_theta = 1e7f, .rms_eps = 1e-6f,
-                    .init_std = 0.02f, .attn_gate = 1, .norm_plus_one = 1, .rope_dim = 64, .full_every = 4,
-                    .dn = {16, 48, 128, 128, 4}};
-  eng_arch_apply(&q27, ENG_ARCH_QWEN3);
+                    .init_std = 0.02f, .rope_dim = 64, .full_every = 4, .dn = {16, 48, 128, 128, 4}};
+  eng_arch_apply(&q27, ENG_ARCH_QWEN3_5);
   CHECK_OK(eng_config_validate(&q27, "27b", &e), &e);
   against_transformers(dir, "qwen3.6-27b", &q27);
 
