@@ -1,7 +1,8 @@
 // Parity against Hugging Face transformers (fixtures from tests/ref):
-// logits, loss and every parameter gradient of Llama (tied), Qwen2, Qwen3 and
-// a Qwen3 whose config ties the head but whose file holds a head of its own
-// (transformers loads it untied) to 1e-4 (max|Δ|/max|ref|), and the losses of
+// logits, loss and every parameter gradient of Llama (tied), Qwen2, Qwen3, a
+// Qwen3 whose config ties the head but whose file holds a head of its own
+// (transformers loads it untied) and Qwen3.5's hybrid (a Gated DeltaNet layer
+// and a gated full-attention one) to 1e-4 (max|Δ|/max|ref|), and the losses of
 // 10 AdamW steps with clipping and a warmup-cosine schedule to 1e-4 relative.
 #include <string.h>
 
@@ -153,9 +154,9 @@ static void check_bf16(void) {
 
 int main(void) {
   test_route_announce();
-  const char *names[] = {"llama_tied", "qwen2", "qwen3", "qwen3_tied_head"};
-  for (int i = 0; i < 4; i++) check_grads(names[i]);
-  for (int i = 0; i < 4; i++) check_adamw(names[i]);
+  const char *names[] = {"llama_tied", "qwen2", "qwen3", "qwen3_tied_head", "qwen3_5"};
+  for (int i = 0; i < 5; i++) check_grads(names[i]);
+  for (int i = 0; i < 5; i++) check_adamw(names[i]);
   check_bf16();
   printf("parity: ok\n");
   return 0;

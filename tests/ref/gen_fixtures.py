@@ -24,6 +24,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from deltarule64 import gated_delta_rule64
 from hf_env import report
 from transformers import (
     LlamaConfig,
@@ -33,6 +34,8 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3_5ForCausalLM,
+    Qwen3_5TextConfig,
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,6 +70,15 @@ MODELS = {
     # (add_distinct_head): transformers warns and loads the two untied.
     "qwen3_tied_head": (Qwen3Config, Qwen3ForCausalLM,
                         dict(tie_word_embeddings=True, rope_theta=1000000.0, head_dim=32), 1004),
+    # Qwen3.5's hybrid: a Gated DeltaNet layer, then a gated full-attention one;
+    # 3 value heads per key head of other dims than the attention's, a quarter
+    # of head_dim rotated.
+    "qwen3_5": (Qwen3_5TextConfig, Qwen3_5ForCausalLM,
+                dict(tie_word_embeddings=False, head_dim=32, layer_types=["linear_attention", "full_attention"],
+                     linear_num_key_heads=2, linear_num_value_heads=6, linear_key_head_dim=12,
+                     linear_value_head_dim=10, linear_conv_kernel_dim=4,
+                     rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                      "partial_rotary_factor": 0.25}), 1006),
 }
 DISTINCT_HEAD = {"qwen3_tied_head"}
 
@@ -107,8 +119,9 @@ def make_config(name):
 
 
 def perturb(model, seed):
-    """transformers initialises norm weights to 1 and biases to 0; a bug that drops
-    one of them would then go unnoticed. Give each a distinct random value."""
+    """transformers initialises norm weights to 1 (Qwen3.5's zero-centred ones to 0)
+    and biases to 0; a bug that drops one of them would then go unnoticed. Give each a
+    distinct random value; Qwen3.5's A_log and dt_bias too."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():  # fixed order: module definition order
@@ -116,6 +129,8 @@ def perturb(model, seed):
                 continue
             if name.endswith(".bias"):
                 p.copy_(0.02 * torch.randn(p.shape, generator=g))
+            elif name.endswith(("A_log", "dt_bias")) or not p.any():  # the last: zero-centred norms
+                p.add_(0.1 * torch.randn(p.shape, generator=g))
             else:
                 assert "norm" in name, f"unexpected 1-d parameter {name}"
                 p.mul_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
@@ -218,6 +233,8 @@ def gen_fp32_fixture(out, name):
     # named_parameters() lists a tied weight once, under the embedding's name, and its
     # .grad already holds the lm_head's contribution.
     grads = {f"grad.{n}": p.grad for n, p in model.named_parameters()}
+    if name in F64_GRADS:
+        grads = f64_grads(fdir, input_ids, labels, grads)
 
     # The optimizer run starts again from the saved weights.
     adamw_model = load_fp32(fdir)
@@ -245,7 +262,10 @@ def gen_fp32_fixture(out, name):
         "transformers_version": transformers.__version__,
         "seeds": {"model_init": seed, "perturb": seed + SEED_PERTURB_OFFSET,
                   "batch": seed + SEED_BATCH_OFFSET},
-        "perturbation": "after transformers' init: norm weights *= 1 + 0.1*randn; biases = 0.02*randn",
+        "perturbation": "after transformers' init: norm weights *= 1 + 0.1*randn; biases = 0.02*randn; "
+                        "zero-centred norms, A_log, dt_bias += 0.1*randn",
+        "gradients": "float64 (transformers' model in float64, its delta rule token by token in float64)"
+                     if name in F64_GRADS else "float32",
         "attn_implementation": "eager",
         "dtype": "float32",
         "batch": BATCH,
@@ -278,6 +298,33 @@ def gen_fp32_fixture(out, name):
     with open(os.path.join(fdir, "ref.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True)
         f.write("\n")
+
+
+# Fixtures whose gradients come from a float64 run of transformers' model.
+# transformers' chunked delta rule computes in float32, and its error shows in
+# the small gradients of the decay parameters (A_log, dt_bias: 1.1e-4 of their
+# largest entry); in float64, with the rule taken token by token in float64
+# (deltarule64.py, which gen_hybrid_fixtures.py checks against transformers'),
+# the reference is exact to far below what a test measures.
+F64_GRADS = {"qwen3_5"}
+
+
+def f64_grads(fdir, input_ids, labels, grads32):
+    import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
+    chunked = qwen3_5.torch_chunk_gated_delta_rule
+    qwen3_5.torch_chunk_gated_delta_rule = gated_delta_rule64
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(fdir, dtype=torch.float64,
+                                                                  attn_implementation="eager")
+        model.train()
+        model(input_ids=input_ids, labels=labels, use_cache=False).loss.backward()
+    finally:
+        qwen3_5.torch_chunk_gated_delta_rule = chunked
+    grads = {f"grad.{n}": p.grad.float() for n, p in model.named_parameters()}
+    for n, g in grads.items():  # float32 transformers agrees to its own precision
+        err = ((g - grads32[n]).norm() / g.norm()).item()
+        assert err < 1e-3, f"{n}: float32 and float64 gradients differ by {err:.3g}"
+    return grads
 
 
 def gen_bf16_fixture(out, src_name, name):

@@ -23,6 +23,7 @@ Usage: .venv/bin/python3 tests/ref/gen_hybrid_fixtures.py [--out DIR]
 import argparse
 import os
 
+from deltarule64 import gated_delta_rule64
 from hf_env import require, report
 
 torch, transformers = require("gen_hybrid_fixtures.py", "safetensors")
@@ -39,21 +40,6 @@ ROPE_HD = 24
 DN_D = 40
 RECORDS = (0, 37, 101)  # record starts of row 0
 SEED = 3501
-
-
-def recurrence64(q, k, v, g, beta):
-    """The rule token by token in float64, for one record: [T, H*, d] tensors."""
-    per = v.shape[1] // q.shape[1]
-    out = torch.zeros(v.shape, dtype=torch.float64)
-    for h in range(v.shape[1]):
-        S = torch.zeros(q.shape[2], v.shape[2], dtype=torch.float64)
-        for t in range(v.shape[0]):
-            kt, qt = k[t, h // per].double(), q[t, h // per].double() / q.shape[2] ** 0.5
-            S = S * torch.exp(g[t, h].double())
-            w = v[t, h].double() - S.T @ kt
-            S = S + torch.outer(kt, beta[t, h].double() * w)
-            out[t, h] = S.T @ qt
-    return out
 
 
 def blocks(randn, gen, pos):
@@ -217,8 +203,9 @@ def main():
     for b, s, e in segments:
         o, _ = torch_chunk_gated_delta_rule(q[b:b + 1, s:e], k[b:b + 1, s:e], v[b:b + 1, s:e], g=g[b:b + 1, s:e],
                                             beta=beta[b:b + 1, s:e], chunk_size=64, use_qk_l2norm_in_kernel=False)
-        ref = recurrence64(q[b, s:e].detach(), k[b, s:e].detach(), v[b, s:e].detach(), g[b, s:e].detach(),
-                           beta[b, s:e].detach())
+        ref, _ = gated_delta_rule64(q[b:b + 1, s:e].detach(), k[b:b + 1, s:e].detach(), v[b:b + 1, s:e].detach(),
+                                    g[b:b + 1, s:e].detach(), beta[b:b + 1, s:e].detach())
+        ref = ref[0].double()
         err = (o[0].double() - ref).abs().max() / ref.abs().max()
         assert err < 1e-5, f"transformers' chunked rule and the float64 recurrence differ by {err:.3g} (row {b}, {s}:{e})"
         rows[b].append(o[0])
