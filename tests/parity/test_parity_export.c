@@ -1,5 +1,6 @@
-// What the engine saves, transformers loads: a model trained a few steps is
-// exported as a Hugging Face directory (fp32 and bf16), the engine reloads it
+// What the engine saves, transformers loads: a model trained a few steps
+// (Llama, Qwen2, Qwen3, Qwen3.5's hybrid) is exported as a Hugging Face
+// directory (fp32 and bf16), the engine reloads it
 // with bit-identical logits, and tests/ref/check_hf_export.py loads it in
 // transformers (on TRAIND_PYTHON) and compares logits to 1e-4. A POET-X run
 // (Qwen2 with its frozen biases, Qwen3; a merge after update 2 and θ
@@ -41,8 +42,8 @@ static void check_in_transformers(const char *dir, const int32_t *ids, const flo
 
 int main(void) {
   tmp_make();
-  const char *fixtures[] = {"llama_tied", "qwen2", "qwen3", "qwen3_tied_head"};
-  for (int f = 0; f < 4; f++) {
+  const char *fixtures[] = {"llama_tied", "qwen2", "qwen3", "qwen3_tied_head", "qwen3_5"};
+  for (int f = 0; f < 5; f++) {
     eng_st_file ref;
     fx_open(&ref, fixtures[f]);
     int32_t *ids = fx_i32(&ref, "input_ids", NULL);
