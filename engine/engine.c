@@ -893,6 +893,38 @@ static int compute_load(eng_run *r, const eng_store *st, int64_t step, eng_err *
   return rc;
 }
 
+// A hybrid's shape beyond the meta's fields (model/config.h), as the
+// checkpoint's "hybrid" entry: a run without one writes none, so older
+// checkpoints read as before.
+static const char *const hybrid_fields[] = {"full_attention_interval", "linear_num_key_heads",
+                                            "linear_num_value_heads", "linear_key_head_dim",
+                                            "linear_value_head_dim", "linear_conv_kernel_dim", "rotary dims"};
+enum { HYBRID_FIELDS = sizeof hybrid_fields / sizeof hybrid_fields[0] };
+
+static void hybrid_fill(const eng_config *c, int64_t h[HYBRID_FIELDS]) {
+  const int64_t v[HYBRID_FIELDS] = {c->full_every, c->dn.k_heads, c->dn.v_heads, c->dn.k_dim,
+                                    c->dn.v_dim,   c->dn.conv,    c->rope_dim};
+  memcpy(h, v, sizeof v);
+}
+
+// The checkpoint at step was made by a run of this hybrid shape (meta's
+// arch, compared before, says whether both are hybrids).
+static int hybrid_check(const eng_run *r, const eng_store *st, int64_t step, eng_err *e) {
+  int64_t got[HYBRID_FIELDS], want[HYBRID_FIELDS];
+  size_t n;
+  int rc = st->ckpt_size(st->ctx, step, "hybrid", &n, e);
+  if (!rc && n != sizeof got) rc = eng_err_set(e, ENG_EINVAL, "its \"hybrid\" entry has %zu bytes", n);
+  if (!rc) rc = st->ckpt_get(st->ctx, step, "hybrid", got, sizeof got, e);
+  if (rc) return eng_err_prefix(e, "checkpoint at step %lld: ", (long long)step);
+  hybrid_fill(&r->model.cfg, want);
+  for (int i = 0; i < HYBRID_FIELDS; i++)
+    if (got[i] != want[i])
+      return eng_err_set(e, ENG_ESTATE, "checkpoint at step %lld belongs to a hybrid of another shape (its %s is "
+                         "%lld, this run's %lld)", (long long)step, hybrid_fields[i], (long long)got[i],
+                         (long long)want[i]);
+  return 0;
+}
+
 int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
   eng_exec_quiesce(r->exec);
   st = eng_run_dist_store(r, st); // every rank saves; rank 0 writes
@@ -900,6 +932,11 @@ int eng_save(eng_run *r, const eng_store *st, eng_err *e) {
   meta_fill(r, mt);
   int rc = st->ckpt_begin(st->ctx, r->step, e);
   if (!rc) rc = st->ckpt_put(st->ctx, "meta", mt, sizeof mt, e);
+  if (!rc && r->model.cfg.full_every) {
+    int64_t h[HYBRID_FIELDS];
+    hybrid_fill(&r->model.cfg, h);
+    rc = st->ckpt_put(st->ctx, "hybrid", h, sizeof h, e);
+  }
   if (!rc) rc = compute_save(r, st, e);
   if (!rc) rc = eng_run_select_save(r, st, e);
   // Shard by shard, straight from the model state: host memory never doubles
@@ -957,6 +994,7 @@ int eng_load(eng_run *r, const eng_store *st, eng_err *e) {
       return eng_err_set(e, ENG_ESTATE, "checkpoint at step %lld belongs to another model shape or optimizer "
                          "(meta field %d is %lld, this run has %lld)", (long long)step, i,
                          (long long)mt[i], (long long)want[i]);
+  if (r->model.cfg.full_every && (rc = hybrid_check(r, st, step, e))) return rc;
   eng_exec_quiesce(r->exec);
   float *whole = NULL;
   if ((rc = whole_scratch(r, &whole, e))) return rc;

@@ -4,6 +4,7 @@
 // bit-identical across checkpoint intervals (layers recomputed or kept),
 // device caps that make the layers stream, the optimizer thread, and a
 // resume from a checkpoint; two micro-batches give the same losses to 1e-6.
+// A checkpoint of a hybrid of another shape is refused by name.
 // Each layer kind is checked against transformers in test_hybrid_layers.
 #include <math.h>
 #include <stdlib.h>
@@ -73,6 +74,16 @@ int main(void) {
   tiny_train(&base, b, SAVE, STEPS, NULL, NULL, &st);
   for (int i = SAVE; i < STEPS; i++) CHECK(b[i] == a[i], "resumed step %d: %.17g vs %.17g", i + 1, b[i], a[i]);
   printf("resumed at step %d: steps %d..%d bit-identical\n", SAVE, SAVE + 1, STEPS);
+  // A hybrid of another shape that the meta's fields do not tell apart (as
+  // many parameters, fewer rotated dims) is refused by name.
+  eng_spec other = base;
+  other.config.rope_dim = 4;
+  eng_run *r;
+  CHECK_OK(eng_open(&other, &r, &e), &e);
+  CHECK(eng_load(r, &st, &e) == ENG_ESTATE && strstr(e.msg, "hybrid of another shape") && strstr(e.msg, "rotary dims"),
+        "a checkpoint of another hybrid: %s", e.msg);
+  printf("refused: %s\n", e.msg);
+  eng_close(r);
   st.close(st.ctx);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
