@@ -39,6 +39,10 @@ void spec_config_from_pb(const T(ModelConfig) *m, eng_config *c) {
   c->rms_eps = m->rms_norm_eps > 0 ? m->rms_norm_eps : 1e-6f;
   c->init_std = m->initializer_range > 0 ? m->initializer_range : 0.02f;
   c->tie_embeddings = m->tie_word_embeddings;
+  c->full_every = m->full_attention_interval;
+  c->dn.k_heads = m->linear_num_key_heads, c->dn.v_heads = m->linear_num_value_heads;
+  c->dn.k_dim = m->linear_key_head_dim, c->dn.v_dim = m->linear_value_head_dim;
+  c->dn.conv = m->linear_conv_kernel_dim, c->rope_dim = m->rotary_dim;
 }
 
 void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
@@ -56,6 +60,10 @@ void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
   m->rms_norm_eps = c->rms_eps;
   m->initializer_range = c->init_std;
   m->tie_word_embeddings = c->tie_embeddings;
+  m->full_attention_interval = c->full_every;
+  m->linear_num_key_heads = c->dn.k_heads, m->linear_num_value_heads = c->dn.v_heads;
+  m->linear_key_head_dim = c->dn.k_dim, m->linear_value_head_dim = c->dn.v_dim;
+  m->linear_conv_kernel_dim = c->dn.conv, m->rotary_dim = c->rope_dim;
 }
 
 int spec_fs(const val_roots *roots, eng_fs **out, val_err *e) {

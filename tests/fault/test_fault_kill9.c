@@ -1,31 +1,38 @@
 // kill -9 of the daemon in the middle of training, then a restart: the job
 // resumes from its last checkpoint and finishes with a final loss
 // bit-identical to an uninterrupted run of the same spec; no job is lost or
-// duplicated. Twice: a plain job, and a POET-X job (method poetx, merges
+// duplicated. Three times: a plain job; a POET-X job (method poetx, merges
 // every 30 steps, so the resume passes the merges at 90, 120 and 150),
 // whose checkpoint then exports through the daemon (the effective weights,
-// checked against transformers in test_parity_export).
+// checked against transformers in test_parity_export); and a job of Qwen3.5's
+// hybrid from its Hugging Face directory (tests/fixtures/qwen3_5), whose
+// export transformers then loads and scores like the engine.
 #define _GNU_SOURCE
 #include "e2e/daemon.h"
+#include "fixture.h"
+#include "python.h"
 
-// The tiny model's job of 160 steps, a checkpoint every 20, with `training`
-// lines added to its training section.
-static const char *job(const char *name, const char *training) {
+// A job of 160 steps of model (a YAML model section), a checkpoint every 20,
+// with `training` lines added to its training section.
+static const char *job_of(const char *name, const char *model, const char *training) {
   const char *path = tmp_path(name);
   FILE *f = fopen(path, "w");
   CHECK(f, "cannot write %s", path);
   fprintf(f,
-          "name: %s\n" TD_TINY_MODEL
+          "name: %s\n%s"
           "data:\n  train_path: %s/data/demo/licenses.txt\n"
           "training:\n  steps: 160\n  batch_size: 4\n  seq_len: 64\n  lr: 3e-3\n  min_lr: 3e-4\n"
           "  warmup_steps: 5\n%s"
           "checkpoints:\n  every_steps: 20\n  keep: 2\n"
           "device:\n  memory_bytes: 256M\n"
           "seed: 42\n",
-          name, TRAIND_SOURCE_DIR, training);
+          name, model, TRAIND_SOURCE_DIR, training);
   fclose(f);
   return path;
 }
+
+// The tiny model's.
+static const char *job(const char *name, const char *training) { return job_of(name, TD_TINY_MODEL, training); }
 
 // Kills the daemon past step 70 of a job of `file`, restarts it, and checks
 // the job's resume and final loss against a second, uninterrupted job; the
@@ -74,6 +81,7 @@ static void kill_and_resume(td *t, const char *file, const char *what, int jobs,
 int main(void) {
   td t;
   td_init(&t);
+  td_root_fixtures(&t);
   td_start(&t);
   char a[80];
   kill_and_resume(&t, job("kill9.yaml", ""), "job", 2, a, sizeof a);
@@ -87,6 +95,29 @@ int main(void) {
   snprintf(file, sizeof file, "%s/model.safetensors", dir);
   CHECK(access(file, R_OK) == 0, "the export has no %s", file);
   printf("exported the POET-X job's checkpoint to %s\n", dir);
+
+  kill_and_resume(&t, job_of("hybrid.yaml", "model:\n  hf_dir: " TRAIND_SOURCE_DIR "/tests/fixtures/qwen3_5\n", ""),
+                  "Qwen3.5 hybrid job", 6, a, sizeof a);
+  dir = tmp_path("hybrid-export");
+  CHECK(td_ctl(&t, out, sizeof out, "export %s %s", a, dir) == 0, "export of the hybrid job failed: %s", out);
+  // The engine scores the export; transformers loads it and must agree.
+  enum { B = 2, T = 64 };
+  eng_run *r = fx_run_open(dir, B, T);
+  CHECK(eng_run_config(r)->full_every == 2, "the export is not the hybrid");
+  const int V = eng_run_config(r)->vocab;
+  int32_t ids[B * T];
+  for (int i = 0; i < B * T; i++) ids[i] = (i * 7919 + 13) % V;
+  float *logits = malloc((size_t)B * T * V * sizeof(float));
+  double loss;
+  eng_err e = {0};
+  CHECK_OK(eng_debug_grads(r, ids, ids, &loss, logits, &e), &e);
+  eng_st_src src[2] = {{"input_ids", ENG_ST_I32, 2, {B, T}, ids}, {"logits", ENG_ST_F32, 3, {B, T, V}, logits}};
+  const char *ref = tmp_path("hybrid-logits.safetensors");
+  CHECK_OK(eng_st_write(ref, src, 2, &e), &e);
+  py_check_hf_export(dir, ref);
+  printf("exported the hybrid job to %s; transformers scores it as the engine does\n", dir);
+  free(logits);
+  eng_close(r);
   td_finish(&t);
   return 0;
 }
