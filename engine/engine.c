@@ -631,8 +631,9 @@ static int step_run(eng_run *r, const int32_t *ids, const int32_t *labels, const
   return 0;
 }
 
-int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_metrics *m, eng_err *e) {
-  return step_run(r, ids, labels, NULL, m, e);
+int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, const int32_t *pos, eng_metrics *m,
+                   eng_err *e) {
+  return step_run(r, ids, labels, pos, m, e);
 }
 
 int eng_step(eng_run *r, eng_metrics *m, eng_err *e) {
@@ -668,12 +669,12 @@ int eng_eval(eng_run *r, double *loss, eng_err *e) {
   return rc;
 }
 
-int eng_debug_grads(eng_run *r, const int32_t *ids, const int32_t *labels, double *loss,
+int eng_debug_grads(eng_run *r, const int32_t *ids, const int32_t *labels, const int32_t *pos, double *loss,
                     float *logits, eng_err *e) {
   int rc = check_tokens(r, ids, labels, e);
   if (rc) return rc;
   eng_exec_result res;
-  if ((rc = eng_exec_run(r->exec, ids, labels, NULL, 1, logits, r->spec.cancel, &res, e))) return rc;
+  if ((rc = eng_exec_run(r->exec, ids, labels, pos, 1, logits, r->spec.cancel, &res, e))) return rc;
   eng_exec_quiesce(r->exec);
   *loss = res.count ? res.loss_sum / (double)res.count : NAN;
   return 0;

@@ -247,8 +247,10 @@ int eng_open(const eng_spec *spec, eng_run **out, eng_err *e);
 // One optimizer step on the next batch of the training data.
 int eng_step(eng_run *r, eng_metrics *m, eng_err *e);
 // One optimizer step on a given batch: ids and labels are [batch][seq_len],
-// labels aligned with ids as in transformers (-100 = not counted).
-int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, eng_metrics *m, eng_err *e);
+// labels aligned with ids as in transformers (-100 = not counted); pos, the
+// position ids of packed rows as eng_exec_run takes them, or NULL.
+int eng_step_batch(eng_run *r, const int32_t *ids, const int32_t *labels, const int32_t *pos, eng_metrics *m,
+                   eng_err *e);
 // Mean loss over eval_batches batches of the held-out data (no update).
 int eng_eval(eng_run *r, double *loss, eng_err *e);
 
@@ -330,8 +332,9 @@ void eng_close(eng_run *r);
 
 // ---- inspection, for parity tests and debugging -----------------------------
 // Forward and backward on one batch without an update: the loss, optionally
-// the logits [batch, seq_len, vocab], and gradients left in the gradient store.
-int eng_debug_grads(eng_run *r, const int32_t *ids, const int32_t *labels, double *loss,
+// the logits [batch, seq_len, vocab], and gradients left in the gradient store;
+// pos as eng_step_batch's.
+int eng_debug_grads(eng_run *r, const int32_t *ids, const int32_t *labels, const int32_t *pos, double *loss,
                     float *logits, eng_err *e);
 // Copies a parameter (which = 'w') or its gradient ('g') by Hugging Face name.
 // Under POET-X also "<projection>.theta_in" and ".theta_out" (θ and its

@@ -42,7 +42,7 @@ static void check_export(const char *dir) {
   int V = eng_run_config(r)->vocab;
   float *logits = malloc((size_t)B * T * V * sizeof(float));
   double loss;
-  CHECK_OK(eng_debug_grads(r, ids, ids, &loss, logits, &e), &e);
+  CHECK_OK(eng_debug_grads(r, ids, ids, NULL, &loss, logits, &e), &e);
   CHECK(loss > 0 && loss < 6, "the exported model's loss %g is not that of a trained byte model", loss);
   eng_st_src src[2] = {{"input_ids", ENG_ST_I32, 2, {B, T}, ids}, {"logits", ENG_ST_F32, 3, {B, T, V}, logits}};
   const char *ref = tmp_path("engine-logits.safetensors");

@@ -110,7 +110,7 @@ int main(void) {
   float *logits = malloc((size_t)B * T * V * sizeof(float));
   double loss;
   eng_err e = {0};
-  CHECK_OK(eng_debug_grads(r, ids, ids, &loss, logits, &e), &e);
+  CHECK_OK(eng_debug_grads(r, ids, ids, NULL, &loss, logits, &e), &e);
   eng_st_src src[2] = {{"input_ids", ENG_ST_I32, 2, {B, T}, ids}, {"logits", ENG_ST_F32, 3, {B, T, V}, logits}};
   const char *ref = tmp_path("hybrid-logits.safetensors");
   CHECK_OK(eng_st_write(ref, src, 2, &e), &e);

@@ -27,7 +27,7 @@ int main(void) {
   const int V = eng_run_config(r)->vocab;
   int32_t ids[B * T];
   for (int i = 0; i < B * T; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
-  for (int i = 0; i < 2; i++) CHECK_OK(eng_step_batch(r, ids, ids, NULL, &e), &e);
+  for (int i = 0; i < 2; i++) CHECK_OK(eng_step_batch(r, ids, ids, NULL, NULL, &e), &e);
 
   const char *engine_dir = tmp_path("engine-export");
   CHECK_OK(eng_export_hf(r, engine_dir, 0, &e), &e);

@@ -25,7 +25,7 @@ static float *logits_of(eng_run *r, const int32_t *ids) {
   float *lg = malloc(n * sizeof(float));
   double loss;
   eng_err e = {0};
-  CHECK_OK(eng_debug_grads(r, ids, ids, &loss, lg, &e), &e);
+  CHECK_OK(eng_debug_grads(r, ids, ids, NULL, &loss, lg, &e), &e);
   return lg;
 }
 
@@ -50,7 +50,7 @@ int main(void) {
     int32_t *labels = fx_i32(&ref, "labels", NULL);
     eng_run *r = open_dir(fx_dir(fixtures[f]));
     eng_err e = {0};
-    for (int i = 0; i < 3; i++) CHECK_OK(eng_step_batch(r, ids, labels, NULL, &e), &e);
+    for (int i = 0; i < 3; i++) CHECK_OK(eng_step_batch(r, ids, labels, NULL, NULL, &e), &e);
     int V = eng_run_config(r)->vocab;
     for (int bf16 = 0; bf16 <= 1; bf16++) {
       char name[64];
@@ -77,7 +77,7 @@ int main(void) {
       s.batch = B, s.seq_len = T, s.lr = 1e-3f, s.device_cap = (size_t)64 << 20;
       s.method = ENG_METHOD_POETX, s.poet_block = 16, s.poet_merge_every = 2, s.poet_lr = 1e-2f;
       CHECK_OK(eng_open(&s, &r, &e), &e);
-      for (int i = 0; i < 3; i++) CHECK_OK(eng_step_batch(r, ids, labels, NULL, &e), &e);
+      for (int i = 0; i < 3; i++) CHECK_OK(eng_step_batch(r, ids, labels, NULL, NULL, &e), &e);
       char name[64];
       snprintf(name, sizeof name, "%s-poetx", fixtures[f]);
       const char *dir = tmp_path(name);

@@ -21,7 +21,7 @@ static float *logits_of(eng_run *r, const int32_t *ids) {
   size_t n = (size_t)B * T * eng_run_config(r)->vocab;
   float *lg = malloc(n * sizeof(float));
   double loss;
-  CHECK_OK(eng_debug_grads(r, ids, ids, &loss, lg, &e), &e);
+  CHECK_OK(eng_debug_grads(r, ids, ids, NULL, &loss, lg, &e), &e);
   return lg;
 }
 

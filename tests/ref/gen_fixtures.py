@@ -170,8 +170,9 @@ def logits_of(model, input_ids):
         return model(input_ids=input_ids).logits.float().contiguous()
 
 
-def adamw_run(model, input_ids, labels):
-    """The recorded optimizer trajectory; returns (losses, pre-clip grad norms)."""
+def adamw_run(model, loss_of, steps):
+    """The recorded optimizer trajectory of loss_of(model); returns (losses,
+    pre-clip grad norms)."""
     params = list(model.named_parameters())
     groups = [
         {"params": [p for _, p in params if p.ndim >= 2], "weight_decay": ADAMW["weight_decay"]},
@@ -180,9 +181,9 @@ def adamw_run(model, input_ids, labels):
     opt = torch.optim.AdamW(groups, lr=lr_at(0), betas=tuple(ADAMW["betas"]),
                             eps=ADAMW["eps"], foreach=False, fused=False)
     losses, norms = [], []
-    for step in range(ADAMW["steps"]):
+    for step in range(steps):
         opt.zero_grad(set_to_none=True)
-        loss = model(input_ids=input_ids, labels=labels).loss
+        loss = loss_of(model)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=ADAMW["clip_max_norm"])
         for group in opt.param_groups:
@@ -239,7 +240,8 @@ def gen_fp32_fixture(out, name):
     # The optimizer run starts again from the saved weights.
     adamw_model = load_fp32(fdir)
     adamw_model.train()
-    losses, norms = adamw_run(adamw_model, input_ids, labels)
+    losses, norms = adamw_run(adamw_model, lambda m: m(input_ids=input_ids, labels=labels).loss,
+                              ADAMW["steps"])
     assert losses[0].item() == loss.item(), "step-0 loss must equal the recorded loss"
 
     tensors = {
@@ -374,6 +376,133 @@ def gen_bf16_fixture(out, src_name, name):
         f.write("\n")
 
 
+# Qwen3.5's hybrid at odd shapes, saved in bf16 and trained on packed rows:
+# four layers (three Gated DeltaNet, then gated full attention, as the real
+# models interleave them), 2 linear value heads per key head of dims (10, 14),
+# a conv kernel of 3, head_dim 24 (a rotary dim of 6), tied embeddings, and a
+# sequence length (100) past one delta-rule chunk and not a multiple of it.
+# Row 0 packs three records; transformers (which has no packing for its delta
+# rule) runs each record on its own, and the loss is their tokens' mean.
+PACKED = dict(
+    name="qwen3_5_packed",
+    seed=1007,
+    config=dict(vocab_size=512, hidden_size=48, num_hidden_layers=4, num_attention_heads=3,
+                num_key_value_heads=1, head_dim=24, intermediate_size=72,
+                max_position_embeddings=128, rms_norm_eps=1e-6, initializer_range=0.02,
+                tie_word_embeddings=True, full_attention_interval=4,
+                linear_num_key_heads=3, linear_num_value_heads=6, linear_key_head_dim=10,
+                linear_value_head_dim=14, linear_conv_kernel_dim=3,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                 "partial_rotary_factor": 0.25}),
+    B=2, T=100,
+    records=[[0, 37, 87, 100], [0, 100]],  # per row: record starts, then T
+    adamw_steps=3,
+)
+
+
+def packed_batch(seed):
+    """ids, labels and position ids; each record's first label is -100 (the
+    engine's callers mask it, as it would be predicted from the record before)."""
+    g = torch.Generator().manual_seed(seed)
+    B, T, V = PACKED["B"], PACKED["T"], PACKED["config"]["vocab_size"]
+    input_ids = torch.randint(0, V, (B, T), generator=g)
+    labels = input_ids.clone()
+    labels[torch.rand((B, T), generator=g) < BATCH["masked_fraction"]] = BATCH["ignore_index"]
+    pos = torch.zeros(B, T, dtype=torch.int32)
+    for b, cuts in enumerate(PACKED["records"]):
+        for s, e in zip(cuts, cuts[1:]):
+            pos[b, s:e] = torch.arange(e - s, dtype=torch.int32)
+            labels[b, s] = BATCH["ignore_index"]
+    return input_ids, labels, pos
+
+
+def packed_forward(model, input_ids, labels):
+    """(mean loss over the batch's counted tokens, logits [B, T, V]): each
+    record through the model on its own."""
+    total, count, rows = 0.0, 0, []
+    for b, cuts in enumerate(PACKED["records"]):
+        parts = []
+        for s, e in zip(cuts, cuts[1:]):
+            logits = model(input_ids=input_ids[b:b + 1, s:e], use_cache=False).logits[0]
+            target = labels[b, s + 1:e]
+            total = total + torch.nn.functional.cross_entropy(
+                logits[:-1].float(), target, ignore_index=BATCH["ignore_index"], reduction="sum")
+            count += int((target != BATCH["ignore_index"]).sum())
+            parts.append(logits)
+        rows.append(torch.cat(parts))
+    return total / count, torch.stack(rows)
+
+
+def gen_packed_fixture(out):
+    name, seed = PACKED["name"], PACKED["seed"]
+    fdir = os.path.join(out, name)
+    fresh_dir(fdir)
+    torch.manual_seed(seed)
+    model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**PACKED["config"], attn_implementation="eager"))
+    perturb(model, seed + SEED_PERTURB_OFFSET)
+    model.to(torch.bfloat16).save_pretrained(fdir, safe_serialization=True)
+
+    # The reference works on the saved bf16 weights, upcast to fp32.
+    input_ids, labels, pos = packed_batch(seed + SEED_BATCH_OFFSET)
+    model = load_fp32(fdir)
+    model.train()
+    loss, logits = packed_forward(model, input_ids, labels)
+    logits = logits.detach().contiguous()
+
+    import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
+    chunked = qwen3_5.torch_chunk_gated_delta_rule
+    qwen3_5.torch_chunk_gated_delta_rule = gated_delta_rule64
+    try:
+        model64 = transformers.AutoModelForCausalLM.from_pretrained(fdir, dtype=torch.float64,
+                                                                    attn_implementation="eager")
+        model64.train()
+        loss64, _ = packed_forward(model64, input_ids, labels)
+        loss64.backward()
+    finally:
+        qwen3_5.torch_chunk_gated_delta_rule = chunked
+    grads = {f"grad.{n}": p.grad.float() for n, p in model64.named_parameters()}
+    assert abs(loss64.item() - loss.item()) < 1e-5 * abs(loss64.item())
+
+    losses, norms = adamw_run(model, lambda m: packed_forward(m, input_ids, labels)[0],
+                              PACKED["adamw_steps"])
+
+    tensors = {
+        "input_ids": input_ids.to(torch.int32),
+        "labels": labels.to(torch.int32),
+        "pos": pos,
+        "logits": logits,
+        "loss": torch.tensor([loss64.item()], dtype=torch.float32),
+        **grads,
+        "adamw.losses": losses,
+        "adamw.grad_norms": norms,
+    }
+    write_ref(os.path.join(fdir, "ref.safetensors"), tensors)
+    meta = {
+        "fixture": name,
+        "model_class": "Qwen3_5ForCausalLM",
+        "generated_by": "tests/ref/gen_fixtures.py",
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "seeds": {"model_init": seed, "perturb": seed + SEED_PERTURB_OFFSET,
+                  "batch": seed + SEED_BATCH_OFFSET},
+        "dtype": "bfloat16 file; references from its weights upcast to float32",
+        "batch": {"B": PACKED["B"], "T": PACKED["T"], "records": PACKED["records"],
+                  "rule": "pos restarts at 0 at each record; each record's first label is -100; "
+                          "transformers runs each record on its own"},
+        "loss": "causal LM cross-entropy summed over every record's counted targets, "
+                "divided by their number (float64 run)",
+        "gradients": "float64 (transformers' model in float64, its delta rule token by token)",
+        "logits": "float32 run, record by record",
+        "adamw": {**ADAMW, "steps": PACKED["adamw_steps"],
+                  "lr_per_step": [lr_at(s) for s in range(PACKED["adamw_steps"])],
+                  "run": "float32, as gen_fixtures.py's adamw_run but over the packed loss"},
+        "tensors": sorted(tensors),
+    }
+    with open(os.path.join(fdir, "ref.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 # A model directory as users have them: a small Llama with a real byte-level
 # BPE tokenizer trained on the demo text, bos/eos/pad token ids (eos a list,
 # as Llama 3 and Qwen have it) and the files save_pretrained writes for both.
@@ -441,8 +570,9 @@ def main():
     for name in MODELS:
         gen_fp32_fixture(args.out, name)
     gen_bf16_fixture(args.out, "qwen3", "qwen3_bf16")
+    gen_packed_fixture(args.out)
     gen_tokenizer_fixture(args.out, "llama_tok")
-    report(args.out, list(MODELS) + ["qwen3_bf16", "llama_tok"])
+    report(args.out, list(MODELS) + ["qwen3_bf16", PACKED["name"], "llama_tok"])
 
 
 if __name__ == "__main__":

@@ -46,14 +46,14 @@ static inline void grads_run(eng_spec *s, result *out, int32_t *ids, int32_t *la
   out->logits = malloc(nl * sizeof(float));
   out->grads = malloc(lo.total_numel * sizeof(float));
   double loss;
-  CHECK_OK(eng_debug_grads(r, ids, labels, &loss, out->logits, &e), &e);
+  CHECK_OK(eng_debug_grads(r, ids, labels, NULL, &loss, out->logits, &e), &e);
   grab g = {r, out->grads, 0};
   eng_layout_visit(&lo, grab_grad, &g);
   out->n_grads = g.n;
   size_t model_bytes = lo.total_numel * sizeof(float);
   for (int i = 0; i < GRADS_STEPS; i++) {
     eng_metrics m;
-    CHECK_OK(eng_step_batch(r, ids, labels, &m, &e), &e);
+    CHECK_OK(eng_step_batch(r, ids, labels, NULL, &m, &e), &e);
     out->loss[i] = m.loss;
     CHECK(m.peak_arena <= s->device_cap, "arena peak %zu exceeds the cap %zu", m.peak_arena, s->device_cap);
     // Forward and backward each bring every layer in at least once.

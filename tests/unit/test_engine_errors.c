@@ -149,15 +149,15 @@ int main(void) {
   int32_t ids[n], labels[n];
   for (size_t i = 0; i < n; i++) ids[i] = labels[i] = (int32_t)(i % 256);
   ids[7] = 256;
-  CHECK(eng_step_batch(r, ids, labels, NULL, &e) == ENG_EINVAL && strstr(e.msg, "256"), "%s", e.msg);
+  CHECK(eng_step_batch(r, ids, labels, NULL, NULL, &e) == ENG_EINVAL && strstr(e.msg, "256"), "%s", e.msg);
   printf("refused: %s\n", e.msg);
   ids[7] = 1;
   labels[9] = -5;
-  CHECK(eng_step_batch(r, ids, labels, NULL, &e) == ENG_EINVAL && strstr(e.msg, "-5"), "%s", e.msg);
+  CHECK(eng_step_batch(r, ids, labels, NULL, NULL, &e) == ENG_EINVAL && strstr(e.msg, "-5"), "%s", e.msg);
   printf("refused: %s\n", e.msg);
   // The run is still usable after refusals.
   labels[9] = 1;
-  CHECK_OK(eng_step_batch(r, ids, labels, NULL, &e), &e);
+  CHECK_OK(eng_step_batch(r, ids, labels, NULL, NULL, &e), &e);
   eng_close(r);
 
   // Cancellation: the flag is polled per layer; the step stops with

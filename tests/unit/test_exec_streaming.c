@@ -133,7 +133,7 @@ int main(void) {
     eng_run *r = NULL;
     CHECK_OK(eng_open(&s, &r, &e), &e);
     eng_metrics m;
-    CHECK_OK(eng_step_batch(r, ids, labels, &m, &e), &e);
+    CHECK_OK(eng_step_batch(r, ids, labels, NULL, &m, &e), &e);
     const eng_plan_span *tl;
     int n_sp = eng_timeline(r, &tl), count[128] = {0};
     for (int i = 0; i < n_sp; i++) {
