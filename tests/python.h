@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "model/safetensors.h"
 
 // Runs TRAIND_PYTHON with the arguments fmt formats (a shell command line,
 // so paths must not contain spaces) and returns its exit status.
@@ -31,10 +32,20 @@ static inline int py_run(const char *fmt, ...) {
 }
 
 // transformers loads the exported model directory dir and must compute the
-// logits that ref (input_ids, logits: the engine's) holds, to 1e-4.
-static inline void py_check_hf_export(const char *dir, const char *ref) {
+// engine's logits [B, T, V] for ids [B, T] to 1e-4 (tests/ref/check_hf_export.py,
+// which reads them from the file ref, a scratch path). With source, the
+// multimodal checkpoint the export came from, its tensors outside the text
+// model must be in the export bit for bit (NULL: none).
+static inline void py_check_hf_export(const char *dir, const char *ref, const int32_t *ids, const float *logits, int B,
+                                      int T, int V, const char *source) {
+  eng_st_src src[2] = {
+      {.name = "input_ids", .dtype = ENG_ST_I32, .ndim = 2, .shape = {B, T}, .data = ids},
+      {.name = "logits", .dtype = ENG_ST_F32, .ndim = 3, .shape = {B, T, V}, .data = logits},
+  };
+  eng_err e = {0};
+  CHECK_OK(eng_st_write(ref, src, 2, &e), &e);
   fflush(stdout);
-  int rc = py_run("%s/tests/ref/check_hf_export.py %s %s", TRAIND_SOURCE_DIR, dir, ref);
+  int rc = py_run("%s/tests/ref/check_hf_export.py %s %s %s", TRAIND_SOURCE_DIR, dir, ref, source ? source : "");
   CHECK(rc == 0, "tests/ref/check_hf_export.py %s: exit %d (its reason is printed above)", dir, rc);
 }
 

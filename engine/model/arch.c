@@ -32,6 +32,9 @@ static const eng_arch_refusal qwen3_5_refuse[] = {
     {"attention_bias", "a bias on the attention projections"},
     {NULL, NULL},
 };
+// Qwen3_5ForConditionalGeneration: Qwen3_5Model's visual tower beside its
+// language_model, and the checkpoints' MTP head (which transformers skips).
+static const char *const qwen3_5_pass[] = {"model.visual.", "mtp.", NULL};
 // Qwen3_5TextConfig's defaults.
 static const eng_arch_hybrid qwen3_5_hybrid = {.k_heads = 16, .v_heads = 32, .k_dim = 128, .v_dim = 128,
                                                .conv = 4, .full_every = 4, .partial_rotary = 0.25f};
@@ -73,7 +76,11 @@ static const eng_arch_row rows[ENG_ARCH_COUNT] = {
                           .qk_norm = 1,
                           .refuse = qwen3_5_refuse,
                           .save_null = none,
-                          .hybrid = &qwen3_5_hybrid},
+                          .hybrid = &qwen3_5_hybrid,
+                          .vlm_type = "qwen3_5",
+                          .vlm_class = "Qwen3_5ForConditionalGeneration",
+                          .vlm_prefix = "model.language_model.",
+                          .vlm_pass = qwen3_5_pass},
 };
 
 const eng_arch_row *eng_arch_row_of(eng_arch a) {
@@ -83,6 +90,14 @@ const eng_arch_row *eng_arch_row_of(eng_arch a) {
 int eng_arch_find(const char *s, int by_class) {
   for (int a = 0; a < ENG_ARCH_COUNT; a++)
     if (strcmp(s, by_class ? rows[a].hf_class : rows[a].model_type) == 0) return a;
+  return -1;
+}
+
+int eng_arch_find_vlm(const char *s, int by_class) {
+  for (int a = 0; a < ENG_ARCH_COUNT; a++) {
+    const char *v = by_class ? rows[a].vlm_class : rows[a].vlm_type;
+    if (v && strcmp(s, v) == 0) return a;
+  }
   return -1;
 }
 
@@ -112,7 +127,13 @@ void eng_arch_print_table(FILE *f) {
   fprintf(f, "| model_type | class | a layer | refused when set |\n|---|---|---|---|\n");
   for (int a = 0; a < ENG_ARCH_COUNT; a++) {
     const eng_arch_row *r = &rows[a];
-    fprintf(f, "| `%s` | `%s` | %s | ", r->model_type, r->hf_class, r->layer);
+    fprintf(f, "| `%s` | `%s`", r->model_type, r->hf_class);
+    if (r->vlm_class) {
+      fprintf(f, "; `%s` (`%s`): its text model trains, tensors under", r->vlm_class, r->vlm_type);
+      for (const char *const *p = r->vlm_pass; *p; p++) fprintf(f, "%s `%s`", p == r->vlm_pass ? "" : ",", *p);
+      fprintf(f, " pass through to the export");
+    }
+    fprintf(f, " | %s | ", r->layer);
     for (const eng_arch_refusal *x = r->refuse; x->key; x++)
       fprintf(f, "%s`%s` (%s)", x == r->refuse ? "" : ", ", x->key, x->what);
     fprintf(f, " |\n");

@@ -53,12 +53,22 @@ typedef struct eng_arch_row {
   const eng_arch_refusal *refuse; // ends with {NULL}
   const char *const *save_null;   // keys an export writes null; ends with NULL
   const eng_arch_hybrid *hybrid;  // NULL: every layer is attention
+  // The multimodal checkpoint that wraps this text model (NULL: none): its
+  // config.json's model_type and class, the text model's config nested under
+  // "text_config", the text model's tensors under vlm_prefix instead of
+  // "model." (lm_head keeps its name), and the tensors it holds beside them
+  // (a vision tower, multi-token prediction), by name prefix: the engine
+  // neither loads nor trains them, and an export copies them byte for byte.
+  const char *vlm_type, *vlm_class, *vlm_prefix;
+  const char *const *vlm_pass; // ends with NULL
 } eng_arch_row;
 
 // The row of a (NULL for a value outside the table).
 const eng_arch_row *eng_arch_row_of(eng_arch a);
 // The family whose model_type (by_class 0) or hf_class (by_class 1) is s; -1 if none.
 int eng_arch_find(const char *s, int by_class);
+// The family whose multimodal wrapper's vlm_type (by_class 0) or vlm_class (1) is s; -1 if none.
+int eng_arch_find_vlm(const char *s, int by_class);
 // model_type, or "unknown" outside the table.
 const char *eng_arch_name(eng_arch a);
 // Writes "llama, qwen2, qwen3" (by_class 0) or the class names (1) into

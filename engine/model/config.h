@@ -30,6 +30,10 @@ typedef struct eng_config {
   int rope_dim;       // the dims of a head RoPE rotates (partial_rotary_factor·head_dim); 0: head_dim
   int full_every;     // hybrid (Qwen3.5): layer l is attention when (l+1) % full_every == 0,
                       // else Gated DeltaNet; 0: every layer is attention
+  int vlm;            // the text model of its row's multimodal checkpoint (arch.h's vlm_*):
+                      // config.json nests it under text_config, its tensors are named
+                      // with the row's vlm_prefix, and the checkpoint's vision and MTP
+                      // tensors pass through untouched
   struct {            // Gated DeltaNet (Qwen3.5's linear_attention layers); 0 where none
     int k_heads, v_heads; // linear_num_key_heads, linear_num_value_heads
     int k_dim, v_dim;     // linear_key_head_dim, linear_value_head_dim
@@ -51,6 +55,8 @@ int eng_config_load(const eng_fs *fs, const char *path, eng_config *c, eng_err *
 // ids_from, when not NULL, is the config.json the model came from: its
 // token ids (bos_token_id, eos_token_id, pad_token_id) are written as they
 // are there, since eng_config does not hold them; it is read under ids_fs.
+// The text model of a multimodal checkpoint (c->vlm) is written into the
+// source's config.json, ids_from, as its text_config (so ids_from is needed).
 int eng_config_save(const eng_config *c, const char *path, const char *dtype_name,
                     const eng_fs *ids_fs, const char *ids_from, eng_err *e);
 

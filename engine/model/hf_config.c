@@ -353,11 +353,64 @@ static int load_object(const eng_fs *fs, const char *path, json_t **root, eng_er
   return rc;
 }
 
+// ---- multimodal checkpoints ------------------------------------------------------
+
+// The family whose multimodal wrapper root's model_type or architectures
+// name (arch.h's vlm_*), or -1. The names must agree with each other.
+static int vlm_arch(const json_t *root, const char *path, int *arch, eng_err *e) {
+  *arch = -1;
+  const json_t *mt = json_object_get(root, "model_type"), *list = json_object_get(root, "architectures");
+  if (json_is_string(mt)) *arch = eng_arch_find_vlm(json_string_value(mt), 0);
+  const json_t *first = json_is_array(list) ? json_array_get(list, 0) : NULL;
+  if (*arch < 0 && json_is_string(first)) *arch = eng_arch_find_vlm(json_string_value(first), 1);
+  if (*arch < 0) return ENG_OK;
+  const eng_arch_row *row = eng_arch_row_of((eng_arch)*arch);
+  if (mt && !json_is_null(mt) && (!json_is_string(mt) || strcmp(json_string_value(mt), row->vlm_type)))
+    return eng_err_set(e, ENG_EINVAL, "%s: field \"model_type\" is not %s, the type of class %s", path,
+                       row->vlm_type, row->vlm_class);
+  size_t i;
+  const json_t *v;
+  json_array_foreach(list, i, v) {
+    if (!json_is_string(v) || strcmp(json_string_value(v), row->vlm_class))
+      return eng_err_set(e, ENG_EINVAL, "%s: field \"architectures\" entry %zu is not %s, the class of "
+                         "model_type %s", path, i, row->vlm_class, row->vlm_type);
+  }
+  return ENG_OK;
+}
+
+// A multimodal checkpoint's text model: its text_config read as a config of
+// the family's text class (model_type filled in when absent), tied as the
+// top level says, since transformers ties by the wrapper's config.
+static int parse_vlm(const json_t *root, const char *path, eng_arch arch, eng_config *c, eng_err *e) {
+  const eng_arch_row *row = eng_arch_row_of(arch);
+  const json_t *tc = json_object_get(root, "text_config");
+  if (!tc) return eng_err_set(e, ENG_EINVAL, "%s: field \"text_config\" is missing", path);
+  if (!json_is_object(tc)) return wrong_type(path, "text_config", "an object", tc, e);
+  char where[4200];
+  snprintf(where, sizeof where, "%s: text_config", path);
+  const json_t *mt = json_object_get(tc, "model_type");
+  if (mt && (!json_is_string(mt) || strcmp(json_string_value(mt), row->model_type)))
+    return eng_err_set(e, ENG_EINVAL, "%s: field \"model_type\" is not %s, the text model of %s", where,
+                       row->model_type, row->vlm_class);
+  json_t *text = json_deep_copy(tc);
+  int rc = !text ? eng_err_set(e, ENG_ENOMEM, "%s: out of memory", path) : ENG_OK;
+  if (!rc && !json_object_get(text, "model_type") && json_object_set_new(text, "model_type", json_string(row->model_type)))
+    rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory", path);
+  if (!rc) rc = parse(text, where, c, e);
+  json_decref(text);
+  if (rc) return rc;
+  c->tie_embeddings = 0; // Qwen3_5Config's default
+  if ((rc = get_bool(root, path, "tie_word_embeddings", &c->tie_embeddings, e))) return rc;
+  c->vlm = 1;
+  return ENG_OK;
+}
+
 int eng_config_load(const eng_fs *fs, const char *path, eng_config *c, eng_err *e) {
   json_t *root;
-  int rc = load_object(fs, path, &root, e);
+  int rc = load_object(fs, path, &root, e), vlm = -1;
   if (rc) return rc;
-  rc = parse(root, path, c, e);
+  rc = vlm_arch(root, path, &vlm, e);
+  if (!rc) rc = vlm < 0 ? parse(root, path, c, e) : parse_vlm(root, path, (eng_arch)vlm, c, e);
   json_decref(root);
   return rc;
 }
@@ -502,17 +555,10 @@ static int copy_token_ids(json_t *o, const eng_fs *fs, const char *ids_from, eng
   return rc;
 }
 
-int eng_config_save(const eng_config *c, const char *path, const char *dtype_name,
-                    const eng_fs *ids_fs, const char *ids_from, eng_err *e) {
-  int rc = eng_config_validate(c, path, e);
-  if (rc) return rc;
+// The config.json of text model c: architectures, model_type, the sizes, what
+// the row refuses written off; NULL when out of memory.
+static json_t *text_config_json(const eng_config *c, const char *dtype_name) {
   json_t *o = json_object(), *arch_list = json_array(), *rope = json_object();
-  if (o && ids_from && (rc = copy_token_ids(o, ids_fs, ids_from, e))) {
-    json_decref(o);
-    json_decref(arch_list);
-    json_decref(rope);
-    return rc;
-  }
   const eng_arch_row *row = eng_arch_row_of(c->arch);
   int bad = !o || !arch_list || !rope;
   bad |= json_array_append_new(arch_list, json_string(row->hf_class));
@@ -542,8 +588,51 @@ int eng_config_save(const eng_config *c, const char *path, const char *dtype_nam
   // What the row refuses is written off, so the export means what was trained.
   for (const eng_arch_refusal *x = row->refuse; x->key; x++) bad |= set(o, x->key, json_false());
   for (const char *const *k = row->save_null; *k; k++) bad |= set(o, *k, json_null());
-  char *text = bad ? NULL : json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+  if (bad) json_decref(o);
+  return bad ? NULL : o;
+}
+
+// A multimodal checkpoint's config.json: the source's (its vision config,
+// token ids, everything the engine does not hold) with the text model's
+// config in text_config and the dtype written.
+static int vlm_config_json(const eng_config *c, const char *dtype_name, const eng_fs *fs, const char *src,
+                           json_t **out, eng_err *e) {
+  if (!src)
+    return eng_err_set(e, ENG_EINVAL, "%s's text model is exported into its source's config.json (its "
+                       "vision_config), and no source directory was given", eng_arch_row_of(c->arch)->vlm_class);
+  int vlm, rc = load_object(fs, src, out, e);
+  if (!rc) rc = vlm_arch(*out, src, &vlm, e);
+  if (!rc && vlm != (int)c->arch)
+    rc = eng_err_set(e, ENG_EINVAL, "%s: not a %s config", src, eng_arch_row_of(c->arch)->vlm_class);
+  json_t *text = rc ? NULL : text_config_json(c, dtype_name);
+  if (!rc && !text) rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory", src);
+  if (!rc) {
+    json_object_del(text, "architectures");
+    json_object_del(text, "torch_dtype");
+    int bad = set(*out, "text_config", text);
+    bad |= set(*out, "tie_word_embeddings", json_boolean(c->tie_embeddings));
+    bad |= set(*out, "dtype", json_string(dtype_name));
+    if (bad) rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory", src);
+  }
+  if (rc) json_decref(*out), *out = NULL;
+  return rc;
+}
+
+int eng_config_save(const eng_config *c, const char *path, const char *dtype_name,
+                    const eng_fs *ids_fs, const char *ids_from, eng_err *e) {
+  int rc = eng_config_validate(c, path, e);
+  if (rc) return rc;
+  json_t *o = NULL;
+  if (c->vlm) {
+    rc = vlm_config_json(c, dtype_name, ids_fs, ids_from, &o, e);
+  } else {
+    o = text_config_json(c, dtype_name);
+    if (!o) rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory building config.json", path);
+    if (!rc && ids_from) rc = copy_token_ids(o, ids_fs, ids_from, e);
+  }
+  char *text = rc ? NULL : json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
   json_decref(o);
+  if (rc) return rc;
   if (!text) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory building config.json", path);
   eng_afile f;
   rc = eng_afile_open(&f, path, e);

@@ -8,7 +8,6 @@
 
 #include "model/hf_io.h"
 
-#define EMBED_NAME "model.embed_tokens.weight"
 #define HEAD_NAME "lm_head.weight"
 
 // Row r of matrix t as a tensor of its own, so that comparing a large head
@@ -45,14 +44,14 @@ static int same_rows(const eng_st_file *fa, const eng_st_tensor *a, const eng_st
   return rc;
 }
 
-int eng_hf_head_distinct(const eng_fs *fs, const char *dir, int *distinct, eng_err *e) {
+int eng_hf_head_distinct(const eng_fs *fs, const char *dir, const char *embed_name, int *distinct, eng_err *e) {
   eng_st_file fe = {0}, fh = {0};
   const eng_st_tensor *embed = NULL, *head = NULL;
   *distinct = 0;
   int rc = eng_hf_open_tensor(fs, dir, HEAD_NAME, &fh, &head, e);
   // Without an embedding there is nothing to compare with; the loader
   // reports it missing.
-  if (!rc && head) rc = eng_hf_open_tensor(fs, dir, EMBED_NAME, &fe, &embed, e);
+  if (!rc && head) rc = eng_hf_open_tensor(fs, dir, embed_name, &fe, &embed, e);
   if (!rc && head && embed) {
     int same;
     rc = same_rows(&fe, embed, &fh, head, &same, e);
@@ -71,7 +70,9 @@ int eng_hf_load_config(const eng_fs *fs, const char *dir, eng_config *c, int *un
     return eng_err_set(e, ENG_EINVAL, "%.200s/config.json: path is too long", dir);
   int rc = eng_config_load(fs, path, c, e);
   if (rc || !c->tie_embeddings) return rc;
-  rc = eng_hf_head_distinct(fs, dir, untied, e);
+  eng_layout lo;
+  eng_layout_init(&lo, c);
+  rc = eng_hf_head_distinct(fs, dir, lo.embed.name, untied, e);
   if (!rc && *untied) c->tie_embeddings = 0;
   return rc;
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/json_file.h"
+#include "model/arch.h"
 #include "model/atomic_file.h"
 #include "model/safetensors.h"
 
@@ -69,7 +70,7 @@ static int load_tensor(loader *L, const eng_st_file *f, const eng_st_tensor *st,
   // eng_layout_find reads the layer number leniently ("01" is layer 1); only
   // the exact Hugging Face spelling counts, so no tensor can land twice.
   if (eng_layout_find(L->lo, st->name, &shard, &t) != 0 || strcmp(t.name, st->name) != 0) {
-    if (rotary_table(st->name)) return ENG_OK;
+    if (rotary_table(st->name) || eng_layout_passes(L->lo, st->name)) return ENG_OK;
     // Compared with the embedding once every file is read (check_tied_head).
     if (L->lo->lm_head.numel == 0 && strcmp(st->name, L->lo->lm_head.name) == 0) {
       L->tied_head = 1;
@@ -133,7 +134,7 @@ static int check_complete(const loader *L, eng_err *e) {
 // copy of it: another one would be dropped, which loading must never do.
 static int check_tied_head(const loader *L, const char *dir, eng_err *e) {
   int distinct = 0;
-  int rc = L->tied_head ? eng_hf_head_distinct(L->fs, dir, &distinct, e) : ENG_OK;
+  int rc = L->tied_head ? eng_hf_head_distinct(L->fs, dir, L->lo->embed.name, &distinct, e) : ENG_OK;
   if (!rc && distinct)
     rc = eng_err_set(e, ENG_EINVAL,
                      "%s: tensor \"%s\" differs from the embedding, but the configuration it is "
@@ -378,7 +379,7 @@ static int write_sharded(const char *dir, const item *items, int n, size_t max_b
     rc = join(path, sizeof path, dir, file, e);
     if (!rc) rc = write_group(path, items, start[g], start[g + 1], e);
     for (int i = start[g]; !rc && i < start[g + 1]; i++)
-      if (json_object_set_new(map, items[i].name, json_string(file)))
+      if (json_object_set_new(map, items[i].src.name, json_string(file)))
         rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
   }
   char *text = NULL;
@@ -416,6 +417,8 @@ static const char *const side_files[] = {
     "tokenizer.json",    "tokenizer_config.json",  "special_tokens_map.json",
     "vocab.json",        "merges.txt",             "tokenizer.model",
     "added_tokens.json", "generation_config.json", "chat_template.jinja",
+    // a multimodal checkpoint's image and video processors
+    "preprocessor_config.json", "video_preprocessor_config.json", "processor_config.json",
 };
 
 static int copy_side_files(const eng_fs *fs, const char *src, const char *dir, eng_err *e) {
@@ -427,6 +430,51 @@ static int copy_side_files(const eng_fs *fs, const char *src, const char *dir, e
     if (rc < 0) return rc; // 1: the source has no such file
   }
   return ENG_OK;
+}
+
+// The weight files of a source directory, each open, to copy its
+// pass-through tensors (eng_layout_passes) from.
+typedef struct sources {
+  eng_st_file *files;
+  int n;
+} sources;
+
+static void sources_close(sources *s) {
+  for (int i = 0; i < s->n; i++) eng_st_close(&s->files[i]);
+  free(s->files);
+}
+
+static int sources_open(const eng_fs *fs, const char *dir, sources *s, eng_err *e) {
+  char single[4096], index[4096], path[4096];
+  int sharded;
+  memset(s, 0, sizeof *s);
+  int rc = weight_paths(fs, dir, single, index, &sharded, e);
+  if (rc) return rc;
+  json_t *root = NULL;
+  const json_t *map = NULL;
+  if (sharded) rc = load_index(fs, index, &root, &map, e);
+  const size_t cap = sharded && !rc ? json_object_size(map) : 1;
+  if (!rc && !(s->files = calloc(cap ? cap : 1, sizeof *s->files)))
+    rc = eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
+  if (!rc && !sharded) {
+    rc = eng_st_open(&s->files[0], fs, single, e);
+    s->n = !rc;
+  }
+  // Each file once, in order of first mention (as load_sharded reads them).
+  void *it = sharded && !rc ? json_object_iter((json_t *)map) : NULL;
+  for (; !rc && it; it = json_object_iter_next((json_t *)map, it)) {
+    const char *file = json_string_value(json_object_iter_value(it));
+    int first = 1;
+    for (void *p = json_object_iter((json_t *)map); p != it && first; p = json_object_iter_next((json_t *)map, p))
+      first = strcmp(json_string_value(json_object_iter_value(p)), file) != 0;
+    if (!first) continue;
+    rc = join(path, sizeof path, dir, file, e);
+    if (!rc) rc = eng_st_open(&s->files[s->n], fs, path, e);
+    s->n += !rc;
+  }
+  json_decref(root);
+  if (rc) sources_close(s);
+  return rc;
 }
 
 int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
@@ -443,10 +491,31 @@ int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
   rc = make_dirs(dir, e);
   if (rc) return rc;
 
+  // A multimodal checkpoint's other tensors come from its source as they are.
+  sources src = {0};
+  size_t n_pass = 0;
+  if (lo->pass && !src_dir)
+    return eng_err_set(e, ENG_EINVAL, "%s: the export of %s's text model needs its source directory, which "
+                       "holds the tensors that pass through", dir, eng_arch_row_of(c->arch)->vlm_class);
+  if (lo->pass && (rc = sources_open(src_fs, src_dir, &src, e))) return rc;
+  for (int f = 0; f < src.n; f++)
+    for (int i = 0; i < src.files[f].n_tensors; i++) n_pass += eng_layout_passes(lo, src.files[f].tensors[i].name);
+
   collect col = {.shards = shards, .dtype = bf16 ? ENG_ST_BF16 : ENG_ST_F32};
-  col.items = malloc(sizeof *col.items * (3 + (size_t)lo->n_layers * ENG_P_LAYER_COUNT));
-  if (!col.items) return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
+  col.items = malloc(sizeof *col.items * (3 + (size_t)lo->n_layers * ENG_P_LAYER_COUNT + n_pass));
+  if (!col.items) {
+    sources_close(&src);
+    return eng_err_set(e, ENG_ENOMEM, "%s: out of memory", dir);
+  }
   eng_layout_visit(lo, collect_tensor, &col);
+  for (int f = 0; f < src.n; f++)
+    for (int i = 0; i < src.files[f].n_tensors; i++) {
+      const eng_st_tensor *t = &src.files[f].tensors[i];
+      if (!eng_layout_passes(lo, t->name)) continue;
+      item *it = &col.items[col.n++];
+      it->src = eng_st_src_copy(&src.files[f], t);
+      it->bytes = t->end - t->begin;
+    }
   size_t total = 0;
   for (int i = 0; i < col.n; i++) total += col.items[i].bytes;
 
@@ -454,6 +523,7 @@ int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
            ? write_single(dir, col.items, col.n, e)
            : write_sharded(dir, col.items, col.n, max_shard_bytes, e);
   free(col.items);
+  sources_close(&src);
   if (!rc && src_dir) rc = copy_side_files(src_fs, src_dir, dir, e);
   char path[4096], ids_from[4096];
   if (!rc) rc = join(path, sizeof path, dir, "config.json", e);

@@ -29,9 +29,9 @@
 int eng_hf_load_config(const eng_fs *fs, const char *dir, eng_config *c, int *untied, eng_err *e);
 
 // Whether the weights of dir hold an "lm_head.weight" that is not equal to
-// their "model.embed_tokens.weight" (as eng_hf_load_config compares them);
-// 0 when they hold no head or no embedding.
-int eng_hf_head_distinct(const eng_fs *fs, const char *dir, int *distinct, eng_err *e);
+// their embedding, embed_name (the layout's: "model.embed_tokens.weight"),
+// as eng_hf_load_config compares them; 0 when they hold no head or no embedding.
+int eng_hf_head_distinct(const eng_fs *fs, const char *dir, const char *embed_name, int *distinct, eng_err *e);
 
 // Opens the weight file of dir that holds tensor name: model.safetensors, or
 // the file the index assigns it. *t is NULL when no file of dir holds it.
@@ -43,7 +43,8 @@ int eng_hf_open_tensor(const eng_fs *fs, const char *dir, const char *name, eng_
 // eng_layout_shard_numel(lo, s) floats), widening BF16 and F16 exactly.
 // Every tensor of the layout must be there with its exact shape and a
 // floating-point dtype; a tensor the layout lacks is an error, except the
-// rotary tables some checkpoints carry ("*.rotary_emb.inv_freq") and an
+// rotary tables some checkpoints carry ("*.rotary_emb.inv_freq"), the
+// tensors of a multimodal checkpoint that pass through (eng_layout_passes) and an
 // "lm_head.weight" equal to the embedding when the layout ties the two (a
 // head that differs is an error: it would be dropped; eng_hf_load_config
 // gives the layout that keeps it). Errors name the file and the tensor, and
@@ -69,7 +70,12 @@ int eng_hf_load_model(const eng_fs *fs, const char *dir, eng_model *m, eng_err *
 // generation files exist (tokenizer.json, tokenizer_config.json,
 // special_tokens_map.json, vocab.json, merges.txt, tokenizer.model,
 // added_tokens.json, generation_config.json, chat_template.jinja) are copied;
-// src_dir's files are read under src_fs.
+// src_dir's files are read under src_fs. The text model of a multimodal
+// checkpoint (lo->pass) needs src_dir: the tensors that pass through are
+// copied from its weights byte for byte (after the layout's, in the order
+// of its files), its processor files (preprocessor_config.json,
+// video_preprocessor_config.json, processor_config.json) too, and
+// config.json is its config.json with the text model's config in text_config.
 // Every file is written atomically; config.json is written last.
 int eng_hf_save(const char *dir, const eng_config *c, const eng_layout *lo,
                 const float *const *shards, int bf16, size_t max_shard_bytes, const eng_fs *src_fs,

@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/arch.h"
+
 static const struct { const char *suffix; } layer_names[ENG_P_LAYER_COUNT] = {
     [ENG_P_ATTN_NORM] = {"input_layernorm.weight"},
     [ENG_P_WQ] = {"self_attn.q_proj.weight"},
@@ -48,9 +50,16 @@ static void name_set(char *name, size_t n, const char *a, const char *b) {
   name[la + lb] = 0;
 }
 
-static void proto_name(eng_tensor *p) {
-  for (int i = 0; i < ENG_P_LAYER_COUNT; i++)
-    name_set(p[i].name, sizeof p[i].name, "model.layers.0.", layer_names[i].suffix);
+// Where the text model's tensors are named: "model.", or under a multimodal
+// checkpoint's prefix.
+static const char *prefix_of(const eng_config *c) {
+  return c->vlm ? eng_arch_row_of(c->arch)->vlm_prefix : "model.";
+}
+
+static void proto_name(eng_tensor *p, const char *prefix) {
+  char layer0[64];
+  name_set(layer0, sizeof layer0, prefix, "layers.0.");
+  for (int i = 0; i < ENG_P_LAYER_COUNT; i++) name_set(p[i].name, sizeof p[i].name, layer0, layer_names[i].suffix);
 }
 
 size_t eng_layout_dn_proto(eng_tensor p[ENG_P_LAYER_COUNT], const eng_config *c) {
@@ -75,7 +84,7 @@ size_t eng_layout_dn_proto(eng_tensor p[ENG_P_LAYER_COUNT], const eng_config *c)
   off = place(&p[ENG_P_WGATE], off, ff, d, 1);
   off = place(&p[ENG_P_WUP], off, ff, d, 1);
   off = place(&p[ENG_P_WDOWN], off, d, ff, 1);
-  proto_name(p);
+  proto_name(p, prefix_of(c));
   return off;
 }
 
@@ -86,6 +95,8 @@ void eng_layout_init(eng_layout *lo, const eng_config *c) {
   lo->n_layers = c->n_layers;
   lo->n_shards = c->n_layers + 2;
   lo->full_every = c->full_every;
+  lo->prefix = prefix_of(c);
+  lo->pass = c->vlm ? eng_arch_row_of(c->arch)->vlm_pass : NULL;
 
   // Layer shard: tensors in enum order, which is also the order the forward
   // reads them, so one layer's weights are one contiguous copy.
@@ -111,12 +122,12 @@ void eng_layout_init(eng_layout *lo, const eng_config *c) {
   off = place(&p[ENG_P_WUP], off, ff, d, 1);
   off = place(&p[ENG_P_WDOWN], off, d, ff, 1);
   lo->layer_numel = off;
-  proto_name(p);
+  proto_name(p, lo->prefix);
 
   place(&lo->embed, 0, c->vocab, d, 1);
-  name_set(lo->embed.name, sizeof lo->embed.name, "model.embed_tokens.weight", "");
+  name_set(lo->embed.name, sizeof lo->embed.name, lo->prefix, "embed_tokens.weight");
   off = place(&lo->final_norm, 0, d, 0, 1);
-  name_set(lo->final_norm.name, sizeof lo->final_norm.name, "model.norm.weight", "");
+  name_set(lo->final_norm.name, sizeof lo->final_norm.name, lo->prefix, "norm.weight");
   off = place(&lo->lm_head, off, c->vocab, d, !c->tie_embeddings);
   name_set(lo->lm_head.name, sizeof lo->lm_head.name, "lm_head.weight", "");
   lo->head_numel = off;
@@ -149,7 +160,7 @@ size_t eng_layout_shard_numel(const eng_layout *lo, int s) {
 
 eng_tensor eng_layout_layer_tensor(const eng_layout *lo, int l, eng_layer_param p) {
   eng_tensor t = eng_layout_proto(lo, l)[p];
-  snprintf(t.name, sizeof t.name, "model.layers.%d.%s", l, layer_names[p].suffix);
+  snprintf(t.name, sizeof t.name, "%slayers.%d.%s", lo->prefix, l, layer_names[p].suffix);
   return t;
 }
 
@@ -166,13 +177,14 @@ int eng_layout_find(const eng_layout *lo, const char *name, int *shard, eng_tens
     *shard = lo->n_layers + 1, *t = lo->lm_head;
     return 0;
   }
+  const size_t np = strlen(lo->prefix);
+  if (strncmp(name, lo->prefix, np)) return -1;
+  name += np;
   int l, n = 0;
-  if (sscanf(name, "model.layers.%d.%n", &l, &n) != 1 || n == 0 || l < 0 || l >= lo->n_layers)
-    return -1;
-  // Only the canonical spelling: "model.layers.01.x" or "+1" is not layer 1.
+  if (sscanf(name, "layers.%d.%n", &l, &n) != 1 || n == 0 || l < 0 || l >= lo->n_layers) return -1;
+  // Only the canonical spelling: "layers.01.x" or "+1" is not layer 1.
   char prefix[48];
-  if (snprintf(prefix, sizeof prefix, "model.layers.%d.", l) != n || strncmp(name, prefix, (size_t)n))
-    return -1;
+  if (snprintf(prefix, sizeof prefix, "layers.%d.", l) != n || strncmp(name, prefix, (size_t)n)) return -1;
   for (int p = 0; p < ENG_P_LAYER_COUNT; p++) {
     if (eng_layout_proto(lo, l)[p].numel && strcmp(name + n, layer_names[p].suffix) == 0) {
       *shard = l + 1;
@@ -181,6 +193,12 @@ int eng_layout_find(const eng_layout *lo, const char *name, int *shard, eng_tens
     }
   }
   return -1;
+}
+
+int eng_layout_passes(const eng_layout *lo, const char *name) {
+  for (const char *const *p = lo->pass; p && *p; p++)
+    if (!strncmp(name, *p, strlen(*p))) return 1;
+  return 0;
 }
 
 int eng_layout_visit(const eng_layout *lo, eng_layout_visit_fn fn, void *ctx) {

@@ -60,12 +60,16 @@ typedef struct eng_layout {
   int n_layers;
   int n_shards;                             // n_layers + 2
   int full_every;                           // eng_config's: 0, every layer is attention
+  const char *prefix;                       // of the names: "model.", or a multimodal
+                                            // checkpoint's (eng_config.vlm: the row's vlm_prefix)
+  const char *const *pass;                  // name prefixes of the checkpoint's tensors that
+                                            // pass through (the row's vlm_pass), or NULL
   size_t layer_numel;                       // floats in an attention layer's shard
   eng_tensor layer_proto[ENG_P_LAYER_COUNT]; // an attention layer: offsets and shapes, names for layer 0
   size_t dn_numel;                          // the same for a Gated DeltaNet layer (0 in none)
   eng_tensor dn_proto[ENG_P_LAYER_COUNT];
-  eng_tensor embed;                          // shard 0, "model.embed_tokens.weight"
-  eng_tensor final_norm;                     // shard L+1, "model.norm.weight"
+  eng_tensor embed;                          // shard 0, "<prefix>embed_tokens.weight"
+  eng_tensor final_norm;                     // shard L+1, "<prefix>norm.weight"
   eng_tensor lm_head;                        // shard L+1 after final_norm, numel 0 when tied
   size_t head_numel;                         // floats in the head shard
   size_t total_numel;                        // every parameter, counted once
@@ -94,6 +98,9 @@ int eng_tensor_hf_shape(const eng_tensor *t, int64_t shape[3]);
 // Finds a tensor by its Hugging Face name: returns 0 and fills *shard and *t,
 // or -1 when the name is not part of this configuration.
 int eng_layout_find(const eng_layout *lo, const char *name, int *shard, eng_tensor *t);
+
+// Whether name is a tensor of the checkpoint that passes through (lo->pass).
+int eng_layout_passes(const eng_layout *lo, const char *name);
 
 // Calls fn for every tensor of the model in Hugging Face order (embedding,
 // layers, final norm, lm_head). Stops and returns fn's value when it is nonzero.

@@ -356,7 +356,7 @@ static int check_src(const char *path, const eng_st_src *t, const json_t *header
       json_object_get(header, t->name))
     return eng_err_set(e, ENG_EINVAL, "%s: tensor name \"%s\" is empty, reserved or repeated", path,
                        t->name ? t->name : "(null)");
-  if (t->dtype != ENG_ST_F32 && t->dtype != ENG_ST_BF16 && t->dtype != ENG_ST_I32)
+  if (!t->from && t->dtype != ENG_ST_F32 && t->dtype != ENG_ST_BF16 && t->dtype != ENG_ST_I32)
     return eng_err_set(e, ENG_EINVAL,
                        "%s: tensor \"%s\": cannot write dtype %s (F32, BF16, I32 only)", path,
                        t->name, eng_st_dtype_name(t->dtype));
@@ -367,7 +367,7 @@ static int check_src(const char *path, const eng_st_src *t, const json_t *header
     if (t->shape[i] < 0 || __builtin_mul_overflow(n, (size_t)t->shape[i], &n) || n > SIZE_MAX / 8)
       return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\": shape entry %d is %lld", path, t->name,
                          i, (long long)t->shape[i]);
-  if (n && !t->data)
+  if (n && !t->data && !t->from)
     return eng_err_set(e, ENG_EINVAL, "%s: tensor \"%s\" has no data", path, t->name);
   return ENG_OK;
 }
@@ -403,10 +403,27 @@ static int build_header(const char *path, const eng_st_src *t, int n, json_t **o
   return ENG_OK;
 }
 
-// Writes the tensor's bytes, converting to bf16 through a bounded buffer.
+eng_st_src eng_st_src_copy(const eng_st_file *f, const eng_st_tensor *t) {
+  eng_st_src s = {.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .from = f, .from_t = t};
+  memcpy(s.shape, t->shape, sizeof s.shape);
+  return s;
+}
+
+// Writes the tensor's bytes, converting to bf16 (or copying from a file)
+// through a bounded buffer.
 static int write_data(eng_afile *af, const eng_st_src *t, uint16_t *buf, size_t buf_len,
                       eng_err *e) {
   size_t numel = src_numel(t);
+  if (t->from) {
+    const size_t bytes = t->from_t->end - t->from_t->begin, chunk = buf_len * sizeof *buf;
+    for (size_t at = 0; at < bytes; at += chunk) {
+      size_t k = bytes - at < chunk ? bytes - at : chunk;
+      int rc = read_at(t->from, buf, k, t->from->data_off + t->from_t->begin + at, e);
+      if (!rc) rc = eng_afile_write(af, buf, k, e);
+      if (rc) return rc;
+    }
+    return ENG_OK;
+  }
   if (t->dtype != ENG_ST_BF16)
     return eng_afile_write(af, t->data, numel * dtypes[t->dtype].size, e);
   const float *x = t->data;

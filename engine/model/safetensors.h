@@ -80,7 +80,14 @@ typedef struct eng_st_src {
   int ndim;
   int64_t shape[ENG_ST_MAX_DIMS];
   const void *data; // numel elements, borrowed
+  // Instead of data: tensor from_t of the open file from, copied byte for
+  // byte (in whichever dtype it has; dtype and shape are taken from it).
+  const struct eng_st_file *from;
+  const eng_st_tensor *from_t;
 } eng_st_src;
+
+// A source that copies tensor t of open file f as it is.
+eng_st_src eng_st_src_copy(const struct eng_st_file *f, const eng_st_tensor *t);
 
 // Writes n tensors, in the given order, to path atomically (path.tmp, fsync,
 // rename, fsync of the directory) with "__metadata__": {"format": "pt"},

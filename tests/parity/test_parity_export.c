@@ -1,5 +1,7 @@
 // What the engine saves, transformers loads: a model trained a few steps
-// (Llama, Qwen2, Qwen3, Qwen3.5's hybrid) is exported as a Hugging Face
+// (Llama, Qwen2, Qwen3, Qwen3.5's hybrid, the text model of a
+// Qwen3_5ForConditionalGeneration, whose vision and MTP tensors the export
+// must carry bit for bit) is exported as a Hugging Face
 // directory (fp32 and bf16), the engine reloads it
 // with bit-identical logits, and tests/ref/check_hf_export.py loads it in
 // transformers (on TRAIND_PYTHON) and compares logits to 1e-4. A POET-X run
@@ -29,21 +31,11 @@ static float *logits_of(eng_run *r, const int32_t *ids) {
   return lg;
 }
 
-static void check_in_transformers(const char *dir, const int32_t *ids, const float *logits, int V) {
-  eng_st_src src[2] = {
-      {"input_ids", ENG_ST_I32, 2, {B, T}, ids},
-      {"logits", ENG_ST_F32, 3, {B, T, V}, logits},
-  };
-  eng_err e = {0};
-  const char *ref = tmp_path("engine-logits.safetensors");
-  CHECK_OK(eng_st_write(ref, src, 2, &e), &e);
-  py_check_hf_export(dir, ref);
-}
-
 int main(void) {
   tmp_make();
-  const char *fixtures[] = {"llama_tied", "qwen2", "qwen3", "qwen3_tied_head", "qwen3_5"};
-  for (int f = 0; f < 5; f++) {
+  const char *fixtures[] = {"llama_tied", "qwen2", "qwen3", "qwen3_tied_head", "qwen3_5", "qwen3_5_vlm"};
+  for (int f = 0; f < (int)(sizeof fixtures / sizeof *fixtures); f++) {
+    const int vlm = !strcmp(fixtures[f], "qwen3_5_vlm");
     eng_st_file ref;
     fx_open(&ref, fixtures[f]);
     int32_t *ids = fx_i32(&ref, "input_ids", NULL);
@@ -64,7 +56,7 @@ int main(void) {
         CHECK(!memcmp(orig, lg, (size_t)B * T * V * sizeof(float)), "%s: reloaded logits differ", name);
         free(orig);
       }
-      check_in_transformers(dir, ids, lg, V);
+      py_check_hf_export(dir, tmp_path("engine-logits.safetensors"), ids, lg, B, T, V, vlm ? fx_dir(fixtures[f]) : NULL);
       printf("%s: exported, reloaded, transformers agrees\n", name);
       free(lg);
       eng_close(back);
@@ -88,7 +80,7 @@ int main(void) {
       size_t n = (size_t)B * T * V;
       double d = fx_rel(lg, run, n);
       CHECK(d <= 1e-5, "%s: the exported model's logits are %.3e off the POET-X run's", name, d);
-      check_in_transformers(dir, ids, run, V);
+      py_check_hf_export(dir, tmp_path("engine-logits.safetensors"), ids, run, B, T, V, NULL);
       printf("%s: exported effective weights, reloaded (%.1e), transformers agrees with the run\n", name, d);
       free(lg), free(run);
       eng_close(back);

@@ -3,7 +3,9 @@
 // whose config ties the head but whose file holds a head of its own
 // (transformers loads it untied), Qwen3.5's hybrid (a Gated DeltaNet layer and
 // a gated full-attention one) and another hybrid at odd shapes, saved in bf16,
-// on packed rows of 100 tokens (qwen3_5_packed) to 1e-4 (both max|Δ|/max|ref|
+// on packed rows of 100 tokens (qwen3_5_packed), and the text model of a
+// Qwen3_5ForConditionalGeneration with a vision tower and MTP tensors, in
+// shards (qwen3_5_vlm), to 1e-4 (both max|Δ|/max|ref|
 // and |Δ|/|ref|), the loss to 1e-5 relative, and the losses of the fixture's
 // AdamW steps (clipping, a warmup-cosine schedule) to 1e-5 relative.
 #include <string.h>
@@ -180,7 +182,7 @@ static void check_bf16(void) {
 
 int main(void) {
   test_route_announce();
-  const char *names[] = {"llama_tied", "qwen2", "qwen3", "qwen3_tied_head", "qwen3_5", "qwen3_5_packed"};
+  const char *names[] = {"llama_tied", "qwen2", "qwen3", "qwen3_tied_head", "qwen3_5", "qwen3_5_packed", "qwen3_5_vlm"};
   enum { N = sizeof names / sizeof names[0] };
   for (int i = 0; i < N; i++) check_grads(names[i]);
   for (int i = 0; i < N; i++) check_adamw(names[i]);

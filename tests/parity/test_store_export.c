@@ -25,16 +25,6 @@ static float *logits_of(eng_run *r, const int32_t *ids) {
   return lg;
 }
 
-static void check_in_transformers(const char *dir, const int32_t *ids, const float *logits, int V) {
-  eng_st_src src[2] = {
-      {"input_ids", ENG_ST_I32, 2, {B, T}, ids},
-      {"logits", ENG_ST_F32, 3, {B, T, V}, logits},
-  };
-  const char *ref = tmp_path("engine-logits.safetensors");
-  CHECK_OK(eng_st_write(ref, src, 2, &e), &e);
-  py_check_hf_export(dir, ref);
-}
-
 int main(void) {
   tmp_make();
   store *st;
@@ -64,7 +54,7 @@ int main(void) {
     float *lg = logits_of(back, ids);
     if (!bf16)
       CHECK(!memcmp(lg, trained, (size_t)B * T * V * sizeof(float)), "fp32 export: reloaded logits differ");
-    check_in_transformers(dir, ids, lg, V);
+    py_check_hf_export(dir, tmp_path("engine-logits.safetensors"), ids, lg, B, T, V, NULL);
     printf("%s export of the stored checkpoint: reloaded%s, transformers agrees\n", bf16 ? "bf16 (sharded)" : "fp32",
            bf16 ? "" : " bit-identical");
     free(lg);

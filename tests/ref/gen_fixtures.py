@@ -13,6 +13,7 @@ rerun on the same machine (and the same torch/transformers) rewrites identical
 bytes. See tests/ref/README.md.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -311,17 +312,39 @@ def gen_fp32_fixture(out, name):
 F64_GRADS = {"qwen3_5"}
 
 
-def f64_grads(fdir, input_ids, labels, grads32):
+@contextlib.contextmanager
+def delta_rule64():
+    """transformers' Qwen3.5 models with their delta rule taken token by token in
+    float64 (deltarule64.py) while inside."""
     import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
     chunked = qwen3_5.torch_chunk_gated_delta_rule
     qwen3_5.torch_chunk_gated_delta_rule = gated_delta_rule64
     try:
+        yield
+    finally:
+        qwen3_5.torch_chunk_gated_delta_rule = chunked
+
+
+def write_trained_ref(fdir, batch, logits, loss64, grads, adamw, meta):
+    """ref.safetensors (the batch's tensors, logits, the float64 loss and
+    gradients, the AdamW run's losses and norms) and ref.json (meta and what
+    every fixture's says) of a hybrid fixture."""
+    tensors = {**batch, "logits": logits, "loss": torch.tensor([loss64], dtype=torch.float32), **grads,
+               "adamw.losses": adamw[0], "adamw.grad_norms": adamw[1]}
+    write_ref(os.path.join(fdir, "ref.safetensors"), tensors)
+    meta = {"generated_by": "tests/ref/gen_fixtures.py", "torch_version": torch.__version__,
+            "transformers_version": transformers.__version__, **meta, "tensors": sorted(tensors)}
+    with open(os.path.join(fdir, "ref.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def f64_grads(fdir, input_ids, labels, grads32):
+    with delta_rule64():
         model = transformers.AutoModelForCausalLM.from_pretrained(fdir, dtype=torch.float64,
                                                                   attn_implementation="eager")
         model.train()
         model(input_ids=input_ids, labels=labels, use_cache=False).loss.backward()
-    finally:
-        qwen3_5.torch_chunk_gated_delta_rule = chunked
     grads = {f"grad.{n}": p.grad.float() for n, p in model.named_parameters()}
     for n, g in grads.items():  # float32 transformers agrees to its own precision
         err = ((g - grads32[n]).norm() / g.norm()).item()
@@ -449,40 +472,20 @@ def gen_packed_fixture(out):
     loss, logits = packed_forward(model, input_ids, labels)
     logits = logits.detach().contiguous()
 
-    import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
-    chunked = qwen3_5.torch_chunk_gated_delta_rule
-    qwen3_5.torch_chunk_gated_delta_rule = gated_delta_rule64
-    try:
+    with delta_rule64():
         model64 = transformers.AutoModelForCausalLM.from_pretrained(fdir, dtype=torch.float64,
                                                                     attn_implementation="eager")
         model64.train()
         loss64, _ = packed_forward(model64, input_ids, labels)
         loss64.backward()
-    finally:
-        qwen3_5.torch_chunk_gated_delta_rule = chunked
     grads = {f"grad.{n}": p.grad.float() for n, p in model64.named_parameters()}
     assert abs(loss64.item() - loss.item()) < 1e-5 * abs(loss64.item())
 
-    losses, norms = adamw_run(model, lambda m: packed_forward(m, input_ids, labels)[0],
-                              PACKED["adamw_steps"])
-
-    tensors = {
-        "input_ids": input_ids.to(torch.int32),
-        "labels": labels.to(torch.int32),
-        "pos": pos,
-        "logits": logits,
-        "loss": torch.tensor([loss64.item()], dtype=torch.float32),
-        **grads,
-        "adamw.losses": losses,
-        "adamw.grad_norms": norms,
-    }
-    write_ref(os.path.join(fdir, "ref.safetensors"), tensors)
-    meta = {
+    adamw = adamw_run(model, lambda m: packed_forward(m, input_ids, labels)[0], PACKED["adamw_steps"])
+    write_trained_ref(fdir, {"input_ids": input_ids.to(torch.int32), "labels": labels.to(torch.int32),
+                             "pos": pos}, logits, loss64.item(), grads, adamw, {
         "fixture": name,
         "model_class": "Qwen3_5ForCausalLM",
-        "generated_by": "tests/ref/gen_fixtures.py",
-        "torch_version": torch.__version__,
-        "transformers_version": transformers.__version__,
         "seeds": {"model_init": seed, "perturb": seed + SEED_PERTURB_OFFSET,
                   "batch": seed + SEED_BATCH_OFFSET},
         "dtype": "bfloat16 file; references from its weights upcast to float32",
@@ -496,11 +499,119 @@ def gen_packed_fixture(out):
         "adamw": {**ADAMW, "steps": PACKED["adamw_steps"],
                   "lr_per_step": [lr_at(s) for s in range(PACKED["adamw_steps"])],
                   "run": "float32, as gen_fixtures.py's adamw_run but over the packed loss"},
-        "tensors": sorted(tensors),
+    })
+
+
+# Qwen3.6-27B as published is a Qwen3_5ForConditionalGeneration: the hybrid
+# text model under model.language_model., a vision tower (model.visual.*), and
+# multi-token-prediction tensors (mtp.*) that transformers does not load. A
+# small one: a text model at odd shapes of its own (5 layers, full attention
+# every 3rd: DN DN attn DN DN; 80 tokens), a 2-block vision tower, MTP tensors
+# named as the real checkpoints name them, in small shards with the MTP in a
+# file of its own; fp32.
+VLM = dict(
+    name="qwen3_5_vlm",
+    seed=1008,
+    text=dict(vocab_size=512, hidden_size=56, num_hidden_layers=5, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, intermediate_size=88,
+              max_position_embeddings=128, rms_norm_eps=1e-6, initializer_range=0.02,
+              full_attention_interval=3, linear_num_key_heads=2, linear_num_value_heads=4,
+              linear_key_head_dim=8, linear_value_head_dim=12, linear_conv_kernel_dim=4,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                               "partial_rotary_factor": 0.25, "mrope_interleaved": True,
+                               "mrope_section": [1, 1, 0]}),
+    vision=dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=2, patch_size=4,
+                temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16),
+    shard="120KB",
+    B=2, T=80,
+    adamw_steps=3,
+)
+
+
+def vlm_mtp_tensors(cfg, g):
+    """MTP tensors as the published checkpoints name them: one full-attention
+    decoder layer with its norms, the fc over [embedding, hidden], three norms."""
+    d, ff, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+    shapes = {
+        "mtp.fc.weight": (d, 2 * d),
+        "mtp.pre_fc_norm_embedding.weight": (d,),
+        "mtp.pre_fc_norm_hidden.weight": (d,),
+        "mtp.norm.weight": (d,),
+        "mtp.layers.0.input_layernorm.weight": (d,),
+        "mtp.layers.0.post_attention_layernorm.weight": (d,),
+        "mtp.layers.0.self_attn.q_proj.weight": (2 * q, d),
+        "mtp.layers.0.self_attn.k_proj.weight": (kv, d),
+        "mtp.layers.0.self_attn.v_proj.weight": (kv, d),
+        "mtp.layers.0.self_attn.o_proj.weight": (d, q),
+        "mtp.layers.0.self_attn.q_norm.weight": (hd,),
+        "mtp.layers.0.self_attn.k_norm.weight": (hd,),
+        "mtp.layers.0.mlp.gate_proj.weight": (ff, d),
+        "mtp.layers.0.mlp.up_proj.weight": (ff, d),
+        "mtp.layers.0.mlp.down_proj.weight": (d, ff),
     }
-    with open(os.path.join(fdir, "ref.json"), "w") as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
+    return {k: (0.02 * torch.randn(v, generator=g)).to(torch.bfloat16) for k, v in shapes.items()}
+
+
+def gen_vlm_fixture(out):
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    name, seed = VLM["name"], VLM["seed"]
+    fdir = os.path.join(out, name)
+    fresh_dir(fdir)
+    torch.manual_seed(seed)
+    cfg = Qwen3_5Config(text_config=VLM["text"], vision_config={**VLM["vision"],
+                        "out_hidden_size": VLM["text"]["hidden_size"]}, tie_word_embeddings=False)
+    model = Qwen3_5ForConditionalGeneration(cfg)
+    perturb(model, seed + SEED_PERTURB_OFFSET)
+    model.save_pretrained(fdir, safe_serialization=True, max_shard_size=VLM["shard"])
+    index_path = os.path.join(fdir, "model.safetensors.index.json")
+    with open(index_path) as f:
+        index = json.load(f)
+    mtp = vlm_mtp_tensors(cfg.text_config, torch.Generator().manual_seed(seed + SEED_HEAD_OFFSET))
+    save_file(mtp, os.path.join(fdir, "model-mtp.safetensors"), metadata={"format": "pt"})
+    index["weight_map"].update({k: "model-mtp.safetensors" for k in mtp})
+    index["metadata"]["total_size"] += sum(t.numel() * 2 for t in mtp.values())
+    with open(index_path, "w") as f:
+        json.dump(index, f, indent=2, sort_keys=True)
         f.write("\n")
+
+    def load(dtype):
+        m = Qwen3_5ForConditionalGeneration.from_pretrained(fdir, dtype=dtype, attn_implementation="eager")
+        m.train()
+        return m
+
+    g = torch.Generator().manual_seed(seed + SEED_BATCH_OFFSET)
+    B, T, V = VLM["B"], VLM["T"], VLM["text"]["vocab_size"]
+    input_ids = torch.randint(0, V, (B, T), generator=g)
+    labels = input_ids.clone()
+    labels[torch.rand((B, T), generator=g) < BATCH["masked_fraction"]] = BATCH["ignore_index"]
+
+    model = load(torch.float32)
+    logits = logits_of(model, input_ids)
+    with delta_rule64():
+        model64 = load(torch.float64)
+        loss64 = model64(input_ids=input_ids, labels=labels, use_cache=False).loss
+        loss64.backward()
+    # The vision tower gets no gradient from text; the engine does not train it.
+    grads = {f"grad.{n}": p.grad.float() for n, p in model64.named_parameters() if p.grad is not None}
+    assert all(n.startswith(("grad.model.language_model.", "grad.lm_head.")) for n in grads)
+    adamw = adamw_run(model, lambda m: m(input_ids=input_ids, labels=labels, use_cache=False).loss,
+                      VLM["adamw_steps"])
+    write_trained_ref(fdir, {"input_ids": input_ids.to(torch.int32), "labels": labels.to(torch.int32)},
+                      logits, loss64.item(), grads, adamw, {
+        "fixture": name,
+        "model_class": "Qwen3_5ForConditionalGeneration",
+        "seeds": {"model_init": seed, "perturb": seed + SEED_PERTURB_OFFSET,
+                  "batch": seed + SEED_BATCH_OFFSET, "mtp": seed + SEED_HEAD_OFFSET},
+        "dtype": "float32 (the MTP tensors bfloat16)",
+        "files": f"save_pretrained with max_shard_size {VLM['shard']}, then model-mtp.safetensors "
+                 "(mtp.*, 0.02*randn in bf16) added to the index",
+        "batch": {"B": B, "T": T},
+        "loss": "causal LM cross-entropy of the text-only forward (float64 run)",
+        "gradients": "float64, of the text model's parameters and lm_head (the vision tower gets none)",
+        "adamw": {**ADAMW, "steps": VLM["adamw_steps"],
+                  "lr_per_step": [lr_at(s) for s in range(VLM["adamw_steps"])]},
+    })
 
 
 # A model directory as users have them: a small Llama with a real byte-level
@@ -571,8 +682,9 @@ def main():
         gen_fp32_fixture(args.out, name)
     gen_bf16_fixture(args.out, "qwen3", "qwen3_bf16")
     gen_packed_fixture(args.out)
+    gen_vlm_fixture(args.out)
     gen_tokenizer_fixture(args.out, "llama_tok")
-    report(args.out, list(MODELS) + ["qwen3_bf16", PACKED["name"], "llama_tok"])
+    report(args.out, list(MODELS) + ["qwen3_bf16", PACKED["name"], VLM["name"], "llama_tok"])
 
 
 if __name__ == "__main__":

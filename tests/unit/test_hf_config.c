@@ -1,7 +1,8 @@
 // config.json: save/load round trips for Llama, Qwen2 and Qwen3; the defaults
 // transformers applies; both ways of writing the RoPE base; every refusal,
 // each naming the file and the field; token ids carried from a source
-// config; and every fixture's config.json loads.
+// config; a multimodal checkpoint's text model; and every fixture's
+// config.json loads.
 #define _XOPEN_SOURCE 700
 
 #include <dirent.h>
@@ -410,6 +411,58 @@ static void test_token_ids(void) {
         "%s", e.msg);
 }
 
+// A Qwen3_5ForConditionalGeneration config.json (tests/fixtures/qwen3_5_vlm's):
+// its text_config is the text model, tied as the top level says; what does
+// not fit together is refused naming the field.
+static void test_vlm(void) {
+  char src[1024];
+  snprintf(src, sizeof src, "%s/tests/fixtures/qwen3_5_vlm/config.json", TRAIND_SOURCE_DIR);
+  json_error_t je;
+  json_t *vlm = json_load_file(src, 0, &je);
+  CHECK(vlm, "%s: %s", src, je.text);
+  eng_config c = load_ok(json_deep_copy(vlm));
+  CHECK(c.vlm && c.arch == ENG_ARCH_QWEN3_5 && c.n_layers == 5 && c.full_every == 3 && c.d_model == 56 &&
+            !c.tie_embeddings && c.rope_dim == 4,
+        "the text model of %s: vlm %d arch %d layers %d every %d", src, c.vlm, c.arch, c.n_layers, c.full_every);
+  // Without model_type in text_config it is still the family's text model.
+  json_t *o = json_deep_copy(vlm);
+  json_object_del(json_object_get(o, "text_config"), "model_type");
+  c = load_ok(o);
+  CHECK(c.vlm && c.arch == ENG_ARCH_QWEN3_5, "text_config without model_type");
+  // transformers ties by the top level.
+  o = json_deep_copy(vlm);
+  put(o, "tie_word_embeddings", json_true());
+  CHECK(load_ok(o).tie_embeddings, "the top level's tie_word_embeddings is not the one read");
+  o = json_deep_copy(vlm);
+  json_object_del(o, "text_config");
+  refused(o, ENG_EINVAL, "text_config");
+  o = json_deep_copy(vlm);
+  put(json_object_get(o, "text_config"), "model_type", json_string("qwen3"));
+  refused(o, ENG_EINVAL, "model_type");
+  o = json_deep_copy(vlm);
+  put(o, "architectures", json_pack("[s]", "Qwen3ForCausalLM"));
+  refused(o, ENG_EINVAL, "architectures");
+  o = json_deep_copy(vlm);
+  put(json_object_get(o, "text_config"), "num_experts", json_integer(8));
+  refused(o, ENG_ENOTSUP, "num_experts");
+  // An export writes the source's config.json with the text model in text_config.
+  c = load_ok(json_deep_copy(vlm));
+  eng_err e = {0};
+  const char *out = tmp_path("vlm-export.json");
+  CHECK(eng_config_save(&c, out, "bfloat16", NULL, NULL, &e) == ENG_EINVAL && strstr(e.msg, "source"),
+        "a multimodal export without its source: %s", e.msg);
+  CHECK_OK(eng_config_save(&c, out, "bfloat16", NULL, src, &e), &e);
+  eng_config back;
+  CHECK_OK(eng_config_load(NULL, out, &back, &e), &e);
+  CHECK(!memcmp(&back, &c, sizeof c), "the exported config.json loads as another config");
+  json_t *saved = json_load_file(out, 0, &je);
+  CHECK(saved && json_equal(json_object_get(saved, "vision_config"), json_object_get(vlm, "vision_config")) &&
+            !strcmp(json_string_value(json_object_get(saved, "dtype")), "bfloat16"),
+        "the export's vision_config or dtype");
+  json_decref(saved);
+  json_decref(vlm);
+}
+
 // Every fixture that tests/ref/gen_fixtures.py wrote with transformers loads.
 static void test_fixtures(void) {
   char root[1024];
@@ -442,6 +495,7 @@ int main(void) {
   test_refusals();
   test_validate_and_save_refusal();
   test_token_ids();
+  test_vlm();
   test_fixtures();
   tmp_cleanup();
   printf("test_hf_config: ok\n");
