@@ -120,13 +120,6 @@ static int spec_config(const eng_spec *spec, eng_config *cfg, int *untied, eng_e
   } else {
     rc = eng_hf_load_config(spec->fs, spec->model_dir, cfg, untied, e);
   }
-  // Gated DeltaNet layers train in full on the cpu; POET-X's chains and the
-  // planner's cost model know attention layers only.
-  if (!rc && cfg->full_every && spec->method == ENG_METHOD_POETX)
-    rc = eng_err_set(e, ENG_ENOTSUP, "spec: method poetx does not cover Gated DeltaNet (hybrid) layers yet");
-  if (!rc && cfg->full_every && spec->plan)
-    rc = eng_err_set(e, ENG_ENOTSUP, "spec: plans are not made for Gated DeltaNet (hybrid) layers yet; use the "
-                     "uniform policy");
   return rc;
 }
 

@@ -1,5 +1,6 @@
 // The tests' model: a Qwen3-style config well under 1M parameters (grouped
-// KV heads, q/k norms), trained on the demo text that ships in data/demo.
+// KV heads, q/k norms), or its Qwen3.5 hybrid, trained on the demo text that
+// ships in data/demo.
 #ifndef TESTS_TINY_H
 #define TESTS_TINY_H
 
@@ -25,6 +26,15 @@ static inline void tiny_spec(eng_spec *s, int layers) {
   s->total_steps = 300;
   s->seed = 42;
   s->device_cap = (size_t)256 << 20;
+}
+
+// The tiny model as a Qwen3.5 hybrid: Gated DeltaNet layers (2 key heads of
+// 16, 4 value heads of 12, conv 4), every full_every-th layer gated full
+// attention rotating 8 of its 16 dims, zero-centred norms.
+static inline void tiny_hybrid(eng_config *c, int full_every) {
+  eng_arch_apply(c, ENG_ARCH_QWEN3_5); // the output gate, zero-centred norms
+  c->rope_dim = 8, c->full_every = full_every;
+  c->dn.k_heads = 2, c->dn.v_heads = 4, c->dn.k_dim = 16, c->dn.v_dim = 12, c->dn.conv = 4;
 }
 
 // Trains steps [from, to) of spec s into loss[from..to): resumed from

@@ -24,13 +24,20 @@
 // Flash-attention's convention: the backward does 2.5 times the forward's
 // FLOPs (five matrix products against two).
 #define ENG_FLOPS_ATTN_BWD_RATIO 2.5
+// The gated delta rule's backward replays each chunk's forward from its
+// boundary state and then takes about twice its products.
+#define ENG_FLOPS_DN_BWD_RATIO 3.0
 
-// One layer's forward on `seqs` sequences of T tokens.
+// One layer's forward on `seqs` sequences of T tokens, a layer of kind
+// (model/layout.h's: attention, or a hybrid's Gated DeltaNet).
 typedef struct eng_layer_flops {
-  double gemm; // the projections: 2 FLOPs per token per weight
-  double attn; // causal QKᵀ and PV: 2·T·T·Q per head per sequence
+  double gemm; // the projections: 2 FLOPs per token per weight (a DN layer's conv taps count)
+  double mix;  // the token mixing: causal QKᵀ and PV, 2·T·T·Q per head per sequence; or
+               // the delta rule's three products with each value head's state [dk, dv]
+               // (read Sᵀk, write k·uᵀ, output Sᵀq), 6·dk·dv per head per token
+  double mix_bwd_ratio; // the backward's mixing FLOPs over the forward's
 } eng_layer_flops;
-eng_layer_flops eng_flops_layer_fwd(const eng_config *c, double seqs, double T);
+eng_layer_flops eng_flops_layer_fwd(const eng_config *c, int kind, double seqs, double T);
 
 // POET-X's work in one layer beyond a plain layer's, for n tokens
 // (poet/poet.h). Each weight [m, n] rotates its input and output by blocks

@@ -53,7 +53,7 @@ static size_t own_layout(cuda_own *o, char *base, const eng_config *c, const eng
 }
 
 int eng_exec_cuda_sizes(const eng_config *c, const eng_exec_policy *p, exec_sizes *z, eng_err *e) {
-  int rc = eng_cuda_check_config(c, e);
+  int rc = eng_cuda_check_layout(c, e); // the kernels' own check comes at open
   if (rc) return rc;
   const int mb = p->batch / p->micro_batches, T = p->seq_len;
   cuda_own sizing;
@@ -100,6 +100,8 @@ static void pin_region(const eng_model *m, int k, void **p, size_t *bytes) {
 static int cuda_open(eng_exec *x, eng_err *e) {
   const eng_config *c = &x->m->cfg;
   const int head = x->L + 1;
+  int rc = eng_cuda_check_config(c, e);
+  if (rc) return rc;
   if (!x->p.grad_bf16 != !x->m->shards[head].g_bf16)
     return eng_err_set(e, ENG_EINVAL, "policy: grad_bf16 is %d but the model's gradient store is %s",
                        x->p.grad_bf16, x->m->shards[head].g_bf16 ? "bf16" : "fp32");
@@ -116,8 +118,7 @@ static int cuda_open(eng_exec *x, eng_err *e) {
     return eng_err_set(e, ENG_ENOMEM, "cannot allocate the cuda executor's tables");
   }
   x->be = s;
-  int rc = eng_dev_cuda_use(x->dev, e);
-  if (rc) return rc;
+  if ((rc = eng_dev_cuda_use(x->dev, e))) return rc;
   s->cx = eng_dev_cuda_ctx(x->dev);
   s->st = eng_cuda_ctx_stream(s->cx);
   for (size_t k = 0; k < n_acts; k++)

@@ -17,17 +17,29 @@ static double gemm_rate(const eng_profile *p, double rows, int bwd) {
 }
 
 typedef struct layer_work {
-  double gemm, attn, elem; // forward FLOPs, FLOPs, bytes for `tokens` tokens
+  double gemm, mix, mix_bwd_ratio, elem; // forward FLOPs, FLOPs, bytes for `tokens` tokens
 } layer_work;
 
-static layer_work layer_fwd_work(const eng_config *c, double seqs, double T, int act_bytes) {
-  double n = seqs * T, qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
-  eng_layer_flops f = eng_flops_layer_fwd(c, seqs, T);
-  layer_work w = {.gemm = f.gemm, .attn = f.attn};
+// A layer of kind's forward on seqs sequences of T tokens.
+static layer_work layer_fwd_work(const eng_config *c, int kind, double seqs, double T, int act_bytes) {
+  const double n = seqs * T, d = c->d_model, ff = c->d_ff;
+  const double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+  eng_layer_flops f = eng_flops_layer_fwd(c, kind, seqs, T);
+  layer_work w = {.gemm = f.gemm, .mix = f.mix, .mix_bwd_ratio = f.mix_bwd_ratio};
   // Passes over activations: two norms (read, write), two residual adds
-  // (two reads, one write), RoPE on q and k (read, write; the q/k norms as
-  // many again on Qwen3), SwiGLU (two reads, one write).
-  w.elem = n * act_bytes * (10.0 * c->d_model + 2.0 * (qd + kvd) * (1 + c->qk_norm) + 3.0 * c->d_ff);
+  // (two reads, one write), SwiGLU (two reads, one write); and the mixer's:
+  // attention's RoPE on q and k (read, write; the q/k norms as many again),
+  // its output gate (two reads, one write); a Gated DeltaNet's conv with
+  // SiLU over q|k|v and its L2 norms of q and k (read, write each), its
+  // gated norm (two reads, one write).
+  double mix_elem;
+  if (kind == ENG_KIND_DN) {
+    const double kt = (double)c->dn.k_heads * c->dn.k_dim, vt = (double)c->dn.v_heads * c->dn.v_dim;
+    mix_elem = 2.0 * (2.0 * kt + vt) + 2.0 * 2.0 * kt + 3.0 * vt;
+  } else {
+    mix_elem = 2.0 * (qd + kvd) * (1 + c->qk_norm) + 3.0 * qd * c->attn_gate;
+  }
+  w.elem = n * act_bytes * (10.0 * d + mix_elem + 3.0 * ff);
   return w;
 }
 
@@ -131,17 +143,30 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
 
   k->bnd = B * T * d * p->act_bytes;
   double head_numel = d + V * d; // final norm + the head matrix (lm_head or the tied embedding)
-  k->w_layer = (double)lo.layer_numel * p->weight_bytes;
   k->w_head = head_numel * p->weight_bytes;
-  k->g_layer = (double)lo.layer_numel * p->grad_bytes;
   k->g_head = head_numel * p->grad_bytes;
 
-  layer_work w = layer_fwd_work(c, B, T, p->act_bytes);
-  double attn_bwd = p->attn_bwd_flops > 0 ? p->attn_bwd_flops : p->attn_flops;
-  k->t_fwd = w.gemm / gemm_rate(p, mbrows, 0) + w.attn / p->attn_flops + w.elem / p->elem_bytes_per_s;
-  k->t_bwd = 2.0 * w.gemm / gemm_rate(p, mbrows, 1) + ENG_FLOPS_ATTN_BWD_RATIO * w.attn / attn_bwd +
-             2.0 * w.elem / p->elem_bytes_per_s;
-  k->t_opt_layer = (double)lo.layer_numel / p->opt_params_per_s;
+  // A layer's figures are the mean over the model's layers: one number when
+  // they are alike; for a hybrid, its kinds weighted by their counts. The
+  // schedule then prices every layer the same, which for Qwen3.6-27B is off
+  // by about 3% per layer (its attention and Gated DeltaNet layers hold
+  // 372M and 383M weights; a full-attention layer's mixing at 1024 tokens is
+  // under 2% of its products), and right over any run of full_every layers.
+  double attn_bwd = p->attn_bwd_flops > 0 ? p->attn_bwd_flops : p->attn_flops, numel = 0, count[2] = {0, 0};
+  for (int l = 0; l < c->n_layers; l++) count[eng_layout_kind(&lo, l)] += 1;
+  for (int kind = 0; kind < 2; kind++) {
+    if (!count[kind]) continue;
+    const double share = count[kind] / c->n_layers; // 1 where the layers are alike: the figures exact
+    layer_work w = layer_fwd_work(c, kind, B, T, p->act_bytes);
+    // The delta rule's chunked products run at the attention kernels' rate.
+    k->t_fwd += share * (w.gemm / gemm_rate(p, mbrows, 0) + w.mix / p->attn_flops + w.elem / p->elem_bytes_per_s);
+    k->t_bwd += share * (2.0 * w.gemm / gemm_rate(p, mbrows, 1) + w.mix_bwd_ratio * w.mix / attn_bwd +
+                         2.0 * w.elem / p->elem_bytes_per_s);
+    numel += share * (double)(kind == ENG_KIND_DN ? lo.dn_numel : lo.layer_numel);
+  }
+  k->w_layer = numel * p->weight_bytes;
+  k->g_layer = numel * p->grad_bytes;
+  k->t_opt_layer = numel / p->opt_params_per_s;
   if (p->poet_block) {
     // POET-X: W0 streams in as before and θ with it; what comes back and
     // what the optimizer updates are the norms' gradients and θ's.
@@ -154,7 +179,8 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
       if (eng_poet_bias[i] != ENG_P_LAYER_COUNT) norms -= (double)lo.layer_proto[eng_poet_bias[i]].numel;
     double rot = p->poet_flops > 0 ? p->poet_flops : gemm_rate(p, mbrows, 0);
     k->t_fwd += pw.fwd / rot + pw.cayley / gemm_rate(p, b, 0);
-    k->t_bwd += pw.bwd / rot + (pw.z_bwd - w.gemm) / gemm_rate(p, mbrows, 1) + pw.cayley_bwd / gemm_rate(p, b, 1);
+    const double gemm = layer_fwd_work(c, ENG_KIND_ATTN, B, T, p->act_bytes).gemm; // every layer: no hybrid
+    k->t_bwd += pw.bwd / rot + (pw.z_bwd - gemm) / gemm_rate(p, mbrows, 1) + pw.cayley_bwd / gemm_rate(p, b, 1);
     k->w_layer += 4.0 * (double)(pm.n_theta + pm.n_perm);
     k->g_layer = norms * p->grad_bytes + 4.0 * (double)pm.n_theta;
     k->t_opt_layer = (norms + (double)pm.n_theta) / p->opt_params_per_s;
@@ -196,7 +222,8 @@ int eng_plan_cost_make(const eng_config *c, int batch, int seq_len, int micro_ba
     k->comm_gather = share * k->params * (p->pinned_copy ? p->weight_bytes : 4);
     k->calls_reduce = 1 + lo.n_shards;
     k->calls_gather = 1 + (lo.lm_head.numel ? 2 : 1); // the embedding; the final norm and an untied head
-    for (int t = 0; t < ENG_P_LAYER_COUNT; t++) k->calls_gather += lo.layer_proto[t].numel ? c->n_layers : 0;
+    for (int l = 0; l < c->n_layers; l++)
+      for (int t = 0; t < ENG_P_LAYER_COUNT; t++) k->calls_gather += eng_layout_proto(&lo, l)[t].numel != 0;
     k->t_reduce = k->comm_reduce / p->comm_bps + k->calls_reduce * p->comm_latency;
     k->t_gather = k->comm_gather / p->comm_bps + k->calls_gather * p->comm_latency;
   }

@@ -8,9 +8,11 @@
 //   B_{L-1} .. B_0   backward of layer j; when j is the last layer of a
 //                    recompute block (s, j+1) with s < j, the window starts by
 //                    recomputing layers s .. j-1 from boundary s
-// Boundary i is the input of layer i (i = L: the input of the head). The
-// layers of the models the engine trains are identical, so per-layer figures
-// are single numbers.
+// Boundary i is the input of layer i (i = L: the input of the head).
+// Per-layer figures are single numbers: exact where the layers are alike,
+// the mean over the layers of a hybrid's kinds (cost.c says how close that
+// is), with the inner activations of the largest kind, which is what the
+// executor's slots hold.
 #ifndef ENG_PLAN_COST_H
 #define ENG_PLAN_COST_H
 

@@ -75,6 +75,7 @@ int milp_extract(const milp *m, const double *x, eng_plan *p, eng_err *e) {
   p->max_block = m->K;
   p->dev_fixed = (uint64_t)k->dev_fixed;
   p->host_state = (uint64_t)k->host_state;
+  p->params = (uint64_t)k->params;
   for (int i = 0; i < L; i++) {
     int t = val(x, m->g[i]) > 0.5 ? ENG_TIER_DEVICE
           : val(x, m->c[i]) > 0.5 ? ENG_TIER_HOST

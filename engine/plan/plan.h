@@ -115,6 +115,7 @@ typedef struct eng_plan {
   uint64_t peak_dev, peak_host, peak_nvme;  // activation bytes per tier at their peaks
   uint64_t dev_fixed;    // device bytes beside activations (slots, working buffers, workspace)
   uint64_t host_state;   // host bytes of the training state
+  uint64_t params;       // parameters of the model (host_state / params: bytes per parameter)
 
   // How it was found.
   char method[32];       // "milp", "heuristic", or a baseline policy's name

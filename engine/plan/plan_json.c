@@ -74,6 +74,7 @@ int eng_plan_to_json(const eng_plan *p, char **out, eng_err *e) {
   json_object_set_new(pr, "peak_nvme", json_integer((json_int_t)p->peak_nvme));
   json_object_set_new(pr, "dev_fixed", json_integer((json_int_t)p->dev_fixed));
   json_object_set_new(pr, "host_state", json_integer((json_int_t)p->host_state));
+  json_object_set_new(pr, "params", json_integer((json_int_t)p->params));
   json_object_set_new(root, "predicted", pr);
   json_t *so = json_object();
   json_object_set_new(so, "method", json_string(p->method));
@@ -259,6 +260,7 @@ static void read_body(rd *r, const json_t *root, eng_plan *p) {
     p->peak_nvme = (uint64_t)get_int(r, pr, "predicted", "peak_nvme", 0, big);
     p->dev_fixed = (uint64_t)get_int(r, pr, "predicted", "dev_fixed", 0, big);
     p->host_state = (uint64_t)get_int(r, pr, "predicted", "host_state", 0, big);
+    p->params = json_object_get(pr, "params") ? (uint64_t)get_int(r, pr, "predicted", "params", 0, big) : 0;
   }
   const json_t *so = field(r, root, "plan", "solver");
   if (!r->rc) {

@@ -69,6 +69,9 @@ int eng_plan_table(const eng_plan *p, char **out, eng_err *e) {
                  "NVMe %.3f GiB\n",
              gib((double)p->peak_dev), gib((double)p->dev_fixed), gib((double)p->peak_host), gib((double)p->host_state),
              gib((double)p->peak_nvme));
+  if (p->params)
+    eng_sb_put(&b, "training state in host memory: %.2f bytes per parameter (%.3f B parameters)\n",
+               (double)p->host_state / (double)p->params, (double)p->params * 1e-9);
   if (isfinite(p->gap))
     eng_sb_put(&b, "solver: %s, %s, gap %.2f%%, %.3f s\n", p->method, p->optimal ? "optimal" : "not proven optimal",
                100.0 * p->gap, p->solve_time);

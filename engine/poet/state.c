@@ -14,6 +14,8 @@ const eng_layer_param eng_poet_bias[ENG_POET_WEIGHTS] = {ENG_P_BQ,          ENG_
 
 int eng_poet_model_shape(eng_poet_model *pm, const eng_layout *lo, int b, eng_err *e) {
   memset(pm, 0, sizeof *pm);
+  if (lo->full_every) // its chains and their costs are written for attention layers
+    return eng_err_set(e, ENG_ENOTSUP, "spec: method poetx does not cover Gated DeltaNet (hybrid) layers yet");
   if (b < 2) return eng_err_set(e, ENG_EINVAL, "spec: poet_block must be at least 2 (got %d)", b);
   pm->b = b;
   pm->n_layers = lo->n_layers;

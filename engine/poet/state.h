@@ -46,8 +46,9 @@ typedef struct eng_poet_model {
   float *merge_work;                            // eng_poet_model_merge_floats: merges, exports
 } eng_poet_model;
 
-// Checks that block b divides both dimensions of every weight (the error
-// names the first tensor it does not), then sizes pm without allocating.
+// Checks that the model has no Gated DeltaNet layers (ENG_ENOTSUP) and that
+// block b divides both dimensions of every weight (the error names the first
+// tensor it does not), then sizes pm without allocating.
 int eng_poet_model_shape(eng_poet_model *pm, const eng_layout *lo, int b, eng_err *e);
 // Host bytes of the state eng_poet_model_alloc takes (with the work of a
 // merge, which runs on one thread at a time: the update's).

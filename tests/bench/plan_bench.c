@@ -21,7 +21,7 @@ static const model models[] = {
     {"3B", "qwen2.5-3b.json", 192, 8},
     {"7B", "qwen2.5-7b.json", 144, 6},
     {"14B", "qwen2.5-14b.json", 96, 4},
-    {"27B", "dense-27b.json", 72, 2},
+    {"27B", "qwen3.6-27b.json", 72, 2},
 };
 
 static char root[4096];

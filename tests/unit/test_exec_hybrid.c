@@ -18,10 +18,7 @@ enum { LAYERS = 6, STEPS = 12, SAVE = 5 };
 
 static void hybrid_spec(eng_spec *s) {
   tiny_spec(s, LAYERS);
-  eng_config *c = &s->config;
-  eng_arch_apply(c, ENG_ARCH_QWEN3_5); // the output gate, zero-centred norms
-  c->rope_dim = 8, c->full_every = 3;
-  c->dn.k_heads = 2, c->dn.v_heads = 4, c->dn.k_dim = 16, c->dn.v_dim = 12, c->dn.conv = 4;
+  tiny_hybrid(&s->config, 3);
   s->seq_len = 96; // past one 64-token chunk of the delta rule
   s->batch = 4;
   s->ckpt_every = 1;

@@ -117,11 +117,11 @@ static void planner_plans(void) {
     }
     eng_plan_free(&plan);
   }
-  // The benchmark's hardest instance: the 27B with LazyTrain's budgets.
+  // The benchmark's hardest instance: Qwen3.6-27B with LazyTrain's budgets.
   eng_config c;
   eng_profile p;
   char path[1024];
-  snprintf(path, sizeof path, "%s/engine/plan/models/dense-27b.json", TRAIND_SOURCE_DIR);
+  snprintf(path, sizeof path, "%s/engine/plan/models/qwen3.6-27b.json", TRAIND_SOURCE_DIR);
   CHECK_OK(eng_config_load(NULL, path, &c, &e), &e);
   snprintf(path, sizeof path, "%s/engine/plan/profiles/h800-sxm.json", TRAIND_SOURCE_DIR);
   CHECK_OK(eng_profile_load(path, &p, &e), &e);

@@ -2,8 +2,9 @@
 // loads and validates; an override file changes only the fields it names;
 // save and load give the same profile back; a missing or unknown field is
 // refused by name. The committed configs are what the benchmark needs
-// (Qwen2.5-3B/7B/14B as published, the 64-layer 27B whose boundary at
-// 72 x 1024 in bf16 is 0.703 GiB). Calibration of this machine at a tiny
+// (Qwen2.5-3B/7B/14B as published; Qwen3.6-27B, whose numbers are checked
+// against its model card, and whose boundary at 72 x 1024 in bf16 is the
+// 0.703 GiB of LazyTrain's schedule). Calibration of this machine at a tiny
 // model's shapes gives positive rates within its time budget (in the CPU
 // time of its thread, which a loaded machine does not stretch), and the cost
 // model built from it is self-consistent.
@@ -78,7 +79,8 @@ static void configs(void) {
       {"models/qwen2.5-3b.json", 36, 2048, 16, 2, 11008, 151936, 3.09e9},
       {"models/qwen2.5-7b.json", 28, 3584, 28, 4, 18944, 152064, 7.62e9},
       {"models/qwen2.5-14b.json", 48, 5120, 40, 8, 13824, 152064, 14.77e9},
-      {"models/dense-27b.json", 64, 5120, 40, 8, 21760, 151936, 26.97e9},
+      // Its text model: 26,895,998,464 parameters as transformers counts them.
+      {"models/qwen3.6-27b.json", 64, 5120, 24, 4, 17408, 248320, 26.895998464e9},
   };
   eng_err e = {0};
   eng_profile p;
@@ -92,7 +94,16 @@ static void configs(void) {
     eng_plan_cost k;
     CHECK_OK(eng_plan_cost_make(&c, 72, 1024, 1, &p, &k, &e), &e);
     CHECK(fabs(k.params / want[i].params - 1) < 0.005, "%s: %.4g parameters", want[i].file, k.params);
-    if (i == 3) CHECK(fabs(k.bnd / 1073741824.0 - 0.703) < 0.0005, "27B boundary %.4f GiB", k.bnd / 1073741824.0);
+    if (i < 3) continue;
+    CHECK(k.params == want[i].params, "Qwen3.6-27B: %.0f parameters", k.params);
+    CHECK(fabs(k.bnd / 1073741824.0 - 0.703) < 0.0005, "27B boundary %.4f GiB", k.bnd / 1073741824.0);
+    // The model card: 16 x (3 x (Gated DeltaNet -> FFN) -> 1 x (Gated Attention -> FFN)); DeltaNet
+    // heads 16 for q/k, 48 for v, of 128; attention 24 q / 4 kv heads of 256, RoPE on 64 of them;
+    // the text model of a Qwen3_5ForConditionalGeneration, untied.
+    CHECK(c.vlm && c.full_every == 4 && c.dn.k_heads == 16 && c.dn.v_heads == 48 && c.dn.k_dim == 128 &&
+              c.dn.v_dim == 128 && c.dn.conv == 4 && c.head_dim == 256 && c.rope_dim == 64 && !c.tie_embeddings &&
+              c.attn_gate && c.norm_plus_one && c.max_pos == 262144 && c.rope_theta == 1e7f,
+          "Qwen3.6-27B's config does not match its model card");
   }
 }
 

@@ -51,7 +51,7 @@ static void refused(const eng_config *c, int batch, const eng_profile *p, const 
 static void budgets(void) {
   eng_config c27;
   eng_err e = {0};
-  CHECK_OK(eng_config_load(NULL, src("models", "dense-27b.json"), &c27, &e), &e);
+  CHECK_OK(eng_config_load(NULL, src("models", "qwen3.6-27b.json"), &c27, &e), &e);
   // The 27B's host state (~272 GB) in 128 GiB.
   eng_profile p = load_profile("rtx3090.json");
   p.host_bytes = 128.0 * 1073741824.0;

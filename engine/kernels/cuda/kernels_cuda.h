@@ -179,8 +179,13 @@ typedef struct eng_cuda_carve {
 } eng_cuda_carve;
 void *eng_cuda_carve_take(eng_cuda_carve *cv, size_t bytes);
 
-// Refuses a config the cuda kernels cannot run (head_dim).
+// Refuses a config the cuda kernels cannot run (head_dim; Qwen3.5's blocks,
+// which have no cuda kernels yet).
 int eng_cuda_check_config(const eng_config *c, eng_err *e);
+// Refuses a config whose buffers the layouts below cannot size (head_dim not
+// a multiple of 16, heads that do not divide): what the executor's arena
+// and the planner need, for models the kernels may not run yet.
+int eng_cuda_check_layout(const eng_config *c, eng_err *e);
 
 // Activations of one layer for one micro-batch of n = B*T rows (the fields
 // of exec/layer.h's eng_layer_acts, bf16 except the fp32 statistics).
@@ -190,10 +195,36 @@ typedef struct eng_cuda_layer_acts {
   float *rstdq, *rstdk;            // Qwen3 only: [n*H], [n*KV]
   eng_bf16 *q, *k, *v;             // after norm and RoPE
   eng_bf16 *att; float *lse;       // [n,H*hd], [B,H,T]
+  eng_bf16 *graw, *attg;           // output gate (Qwen3.5): its projection, att·sigmoid [n,H*hd] x2
   eng_bf16 *xmid;                  // [n,d]
   eng_bf16 *xn2; float *rstd2;     // [n,d], [n]
   eng_bf16 *gate, *up, *hact;      // [n,ff] x3
 } eng_cuda_layer_acts;
+
+// A Gated DeltaNet layer's (exec/layer_dn.h's eng_dn_acts; kt, vt its key and
+// value widths, C = 2kt + vt, P = C + vt + 2Hv, the rule's states fp32 at each
+// 64-token chunk's start). No kernel binds them yet: they size the arena.
+typedef struct eng_cuda_dn_acts {
+  eng_bf16 *xn1; float *rstd1;     // [n,d], [n]
+  eng_bf16 *p;                     // [n,P]
+  eng_bf16 *u, *cy;                // conv before and after SiLU [n,C] x2
+  eng_bf16 *qn, *kn; float *rq, *rk; // [n,kt] x2, [n*Hk] x2
+  float *g, *beta;                 // [n,Hv] x2
+  float *states;                   // [B,Hv,ceil(T/64),dk,dv]
+  eng_bf16 *o; float *rn; eng_bf16 *gn; // [n,vt], [n*Hv], [n,vt]
+  eng_bf16 *xmid;                  // [n,d]
+  eng_bf16 *xn2; float *rstd2;     // [n,d], [n]
+  eng_bf16 *gate, *up, *hact;      // [n,ff] x3
+} eng_cuda_dn_acts;
+typedef struct eng_cuda_dn_scratch {
+  eng_bf16 *dff1, *dff2, *dff3;    // [n,ff] x3
+  eng_bf16 *dxn, *dxmid;           // [n,d] x2
+  eng_bf16 *dgn, *dout;            // [n,vt] x2
+  eng_bf16 *dqn, *dkn, *dcy;       // [n,kt] x2, [n,C]
+  float *dg, *dbeta;               // [n,Hv] x2
+  eng_bf16 *dp;                    // [n,P]
+  float *ds;                       // the rule's state gradient within a chunk [B,Hv,dk,dv]
+} eng_cuda_dn_scratch;
 
 // Scratch of the backward for one micro-batch.
 typedef struct eng_cuda_layer_scratch {
@@ -205,6 +236,7 @@ typedef struct eng_cuda_layer_scratch {
 
 // Device bytes of the structs above for B sequences of T, and binding them
 // to a region of that size (256-byte aligned base; every field is).
+// A hybrid's (eng_config.full_every) are the larger of its two kinds'.
 size_t eng_cuda_layer_acts_bytes(const eng_config *c, int B, int T);
 size_t eng_cuda_layer_scratch_bytes(const eng_config *c, int B, int T);
 void eng_cuda_layer_acts_bind(eng_cuda_layer_acts *a, void *base, const eng_config *c, int B, int T);

@@ -5,18 +5,28 @@
 #include <string.h>
 
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/kernels.h"
+
+int eng_cuda_check_layout(const eng_config *c, eng_err *e) {
+  if (c->head_dim <= 0 || c->head_dim % 16 != 0)
+    return eng_err_set(e, ENG_ENOTSUP, "the cuda backend needs head_dim to be a multiple of 16; this model has %d",
+                       c->head_dim);
+  if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads != 0)
+    return eng_err_set(e, ENG_EINVAL, "%d attention heads are not a multiple of %d kv heads", c->n_heads,
+                       c->n_kv_heads);
+  return 0;
+}
 
 int eng_cuda_check_config(const eng_config *c, eng_err *e) {
-  if (c->head_dim <= 0 || c->head_dim % 16 != 0 || c->head_dim > ENG_CUDA_MAX_HD)
+  int rc = eng_cuda_check_layout(c, e);
+  if (rc) return rc;
+  if (c->head_dim > ENG_CUDA_MAX_HD)
     return eng_err_set(e, ENG_ENOTSUP,
                        "the cuda backend needs head_dim to be a multiple of 16 up to %d; this model has %d",
                        ENG_CUDA_MAX_HD, c->head_dim);
   if (c->attn_gate || c->norm_plus_one || (c->rope_dim && c->rope_dim != c->head_dim) || c->dn.v_heads)
     return eng_err_set(e, ENG_ENOTSUP, "the cuda backend has no Qwen3.5 blocks yet (output gate, zero-centred norms, "
                        "partial RoPE, Gated DeltaNet); train this model on the cpu");
-  if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads != 0)
-    return eng_err_set(e, ENG_EINVAL, "%d attention heads are not a multiple of %d kv heads", c->n_heads,
-                       c->n_kv_heads);
   return 0;
 }
 
@@ -48,6 +58,10 @@ static void acts_layout(eng_cuda_layer_acts *a, carve *cv, const eng_config *c, 
   a->v = take(eng_bf16, cv, n * kvd);
   a->att = take(eng_bf16, cv, n * qd);
   a->lse = take(float, cv, (size_t)B * c->n_heads * T);
+  if (c->attn_gate) {
+    a->graw = take(eng_bf16, cv, n * qd);
+    a->attg = take(eng_bf16, cv, n * qd);
+  }
   a->xmid = take(eng_bf16, cv, n * d);
   a->xn2 = take(eng_bf16, cv, n * d);
   a->rstd2 = take(float, cv, n);
@@ -71,18 +85,82 @@ static void scratch_layout(eng_cuda_layer_scratch *s, carve *cv, const eng_confi
   s->attn = take(char, cv, eng_cuda_attention_bwd_scratch_bytes(B, T, c->n_heads));
 }
 
+// A Gated DeltaNet layer's: kt, vt its key and value widths.
+typedef struct dn_dims {
+  size_t n, d, ff, kt, vt, C, P, hk, hv, states;
+} dn_dims;
+
+static dn_dims dn_dims_of(const eng_config *c, int B, int T) {
+  dn_dims z = {.n = (size_t)B * T, .d = c->d_model, .ff = c->d_ff, .hk = c->dn.k_heads, .hv = c->dn.v_heads};
+  z.kt = z.hk * c->dn.k_dim, z.vt = z.hv * c->dn.v_dim, z.C = 2 * z.kt + z.vt, z.P = z.C + z.vt + 2 * z.hv;
+  const size_t chunks = ((size_t)T + ENG_K_DR_CHUNK - 1) / ENG_K_DR_CHUNK;
+  z.states = (size_t)B * z.hv * chunks * c->dn.k_dim * c->dn.v_dim;
+  return z;
+}
+
+static void dn_acts_layout(eng_cuda_dn_acts *a, carve *cv, const eng_config *c, int B, int T) {
+  const dn_dims z = dn_dims_of(c, B, T);
+  const size_t n = z.n;
+  a->xn1 = take(eng_bf16, cv, n * z.d);
+  a->rstd1 = take(float, cv, n);
+  a->p = take(eng_bf16, cv, n * z.P);
+  a->u = take(eng_bf16, cv, n * z.C);
+  a->cy = take(eng_bf16, cv, n * z.C);
+  a->qn = take(eng_bf16, cv, n * z.kt);
+  a->kn = take(eng_bf16, cv, n * z.kt);
+  a->rq = take(float, cv, n * z.hk);
+  a->rk = take(float, cv, n * z.hk);
+  a->g = take(float, cv, n * z.hv);
+  a->beta = take(float, cv, n * z.hv);
+  a->states = take(float, cv, z.states);
+  a->o = take(eng_bf16, cv, n * z.vt);
+  a->rn = take(float, cv, n * z.hv);
+  a->gn = take(eng_bf16, cv, n * z.vt);
+  a->xmid = take(eng_bf16, cv, n * z.d);
+  a->xn2 = take(eng_bf16, cv, n * z.d);
+  a->rstd2 = take(float, cv, n);
+  a->gate = take(eng_bf16, cv, n * z.ff);
+  a->up = take(eng_bf16, cv, n * z.ff);
+  a->hact = take(eng_bf16, cv, n * z.ff);
+}
+
+static void dn_scratch_layout(eng_cuda_dn_scratch *s, carve *cv, const eng_config *c, int B, int T) {
+  const dn_dims z = dn_dims_of(c, B, T);
+  const size_t n = z.n;
+  s->dff1 = take(eng_bf16, cv, n * z.ff);
+  s->dff2 = take(eng_bf16, cv, n * z.ff);
+  s->dff3 = take(eng_bf16, cv, n * z.ff);
+  s->dxn = take(eng_bf16, cv, n * z.d);
+  s->dxmid = take(eng_bf16, cv, n * z.d);
+  s->dgn = take(eng_bf16, cv, n * z.vt);
+  s->dout = take(eng_bf16, cv, n * z.vt);
+  s->dqn = take(eng_bf16, cv, n * z.kt);
+  s->dkn = take(eng_bf16, cv, n * z.kt);
+  s->dcy = take(eng_bf16, cv, n * z.C);
+  s->dg = take(float, cv, n * z.hv);
+  s->dbeta = take(float, cv, n * z.hv);
+  s->dp = take(eng_bf16, cv, n * z.P);
+  s->ds = take(float, cv, (size_t)B * z.hv * c->dn.k_dim * c->dn.v_dim);
+}
+
+static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
+
 size_t eng_cuda_layer_acts_bytes(const eng_config *c, int B, int T) {
   eng_cuda_layer_acts a;
-  carve cv = {NULL, 0};
+  eng_cuda_dn_acts da;
+  carve cv = {NULL, 0}, dv = {NULL, 0};
   acts_layout(&a, &cv, c, B, T);
-  return cv.off;
+  if (c->full_every) dn_acts_layout(&da, &dv, c, B, T);
+  return max_z(cv.off, dv.off);
 }
 
 size_t eng_cuda_layer_scratch_bytes(const eng_config *c, int B, int T) {
   eng_cuda_layer_scratch s;
-  carve cv = {NULL, 0};
+  eng_cuda_dn_scratch ds;
+  carve cv = {NULL, 0}, dv = {NULL, 0};
   scratch_layout(&s, &cv, c, B, T);
-  return cv.off;
+  if (c->full_every) dn_scratch_layout(&ds, &dv, c, B, T);
+  return max_z(cv.off, dv.off);
 }
 
 void eng_cuda_layer_acts_bind(eng_cuda_layer_acts *a, void *base, const eng_config *c, int B, int T) {
