@@ -1,5 +1,5 @@
 // The tokenizers of tests/fixtures/tok (written by tests/ref/gen_tok_fixtures.py:
-// "qwen2", "llama3", "gpt2"), for the tests of engine/tok and of the data
+// "qwen2", "qwen3_5", "llama3", "gpt2"), for the tests of engine/tok and of the data
 // that goes through it.
 #ifndef TESTS_TOK_FIXTURE_H
 #define TESTS_TOK_FIXTURE_H

@@ -82,7 +82,7 @@ int eng_chat_from_template(eng_chat *c, const char *tmpl, const char *force, con
   if (!tmpl) return ENG_OK;
   if (strstr(tmpl, "<|im_start|>") && strstr(tmpl, "<|im_end|>")) {
     if (strstr(tmpl, "<think>") || strstr(tmpl, "reasoning_content"))
-      return set_why(c, "a Qwen3-style ChatML template with thinking blocks, which the built-in ChatML renderer "
+      return set_why(c, "a Qwen3/Qwen3.5-style ChatML template with thinking blocks, which the built-in ChatML renderer "
                         "does not reproduce (chat_template: chatml renders plain ChatML)",
                      e);
     c->kind = ENG_CHAT_CHATML;

@@ -11,8 +11,9 @@
 // It is recognised by its markers: <|im_start|>/<|im_end|> (ChatML; a
 // literal default system prompt rendered when the first message is not a
 // system one is read out of the template), <|start_header_id|>, <|eot_id|>
-// and `| trim` (Llama-3.0). Qwen3's thinking template and Llama-3.1's date
-// header are refused: their output depends on more than these renderers do.
+// and `| trim` (Llama-3.0). Qwen3's and Qwen3.5/3.6's thinking templates
+// and Llama-3.1's date header are refused: their output depends on more than
+// these renderers do.
 //
 // Rendering (messages of roles system, user, assistant):
 //   ChatML: [<|im_start|>system\n{default}<|im_end|>\n]

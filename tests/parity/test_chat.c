@@ -3,9 +3,11 @@
 // (multi-turn, with and without a system prompt, assistant last or not,
 // contents with edge white space, CJK and emoji, an empty assistant turn, a
 // literal special token in a content), with and without the generation
-// prompt, for the ChatML template of tests/fixtures/tok/qwen2 and the
+// prompt, for the ChatML template of tests/fixtures/tok/qwen2 (and through
+// the Qwen3.5-style tokenizer of tests/fixtures/tok/qwen3_5) and the
 // Llama-3 one of tests/fixtures/tok/llama3, each recognised from its
-// tokenizer_config.json. Templates of other families are refused by name.
+// tokenizer_config.json. Templates of other families are refused by name,
+// Qwen3's and Qwen3.5's thinking templates among them.
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <stdio.h>
@@ -111,7 +113,8 @@ static void refused(const char *tmpl, const char *why) {
 }
 
 int main(void) {
-  int bad = run("qwen2", "chatml", ENG_CHAT_CHATML) + run("llama3", "llama3", ENG_CHAT_LLAMA3);
+  int bad = run("qwen2", "chatml", ENG_CHAT_CHATML) + run("qwen3_5", "chatml_qwen3_5", ENG_CHAT_CHATML) +
+            run("llama3", "llama3", ENG_CHAT_LLAMA3);
   CHECK(bad == 0, "%d conversations differ from transformers", bad);
 
   refused("{% for m in messages %}{{ m.content }}{% endfor %}", "neither ChatML");

@@ -1,6 +1,7 @@
-// engine/tok against the Rust tokenizers package: for the three tokenizers of
-// tests/fixtures/tok (Qwen2-, Llama-3- and GPT-2-style, trained by
-// tests/ref/gen_tok_fixtures.py), every case of cases.jsonl — English, code,
+// engine/tok against the Rust tokenizers package: for the four tokenizers of
+// tests/fixtures/tok (Qwen2-, Qwen3.5-, Llama-3- and GPT-2-style, trained by
+// tests/ref/gen_tok_fixtures.py), and the Qwen3.5-style one grown to Qwen3.5's
+// 248044 BPE tokens (made by that script at test time), every case of cases.jsonl — English, code,
 // CJK, emoji, combining marks, white space, digits, added tokens with each
 // flag, random and invalid UTF-8 (repaired as Python's "replace" does) —
 // must give tokenizers' ids exactly, with and without the post-processor's
@@ -9,14 +10,16 @@
 // the vocabulary. Decoding the ids of valid text gives the text back (as
 // normalized), except where the fixtures' ref.json lists that tokenizers
 // does not either.
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "python.h"
 #include "tok_fixture.h"
+#include "unit/tmpdir.h"
 
 static int hexval(char c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
 
@@ -58,12 +61,16 @@ static int decode_is(const eng_tok *t, const int32_t *ids, size_t n, int skip, c
   return ok;
 }
 
-static int run(const char *name) {
+// The tokenizer of directory dir against its cases; name for messages.
+static int run_dir(const char *name, const char *dir) {
   char path[4096];
   eng_err e = {0};
   eng_tok_enc *enc;
-  eng_tok *t = tok_fixture(name, &enc);
-  snprintf(path, sizeof path, "%s", tok_fixture_path(name, "cases.jsonl"));
+  eng_tok *t;
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  CHECK_OK(eng_tok_load(&t, NULL, path, &e), &e);
+  CHECK_OK(eng_tok_enc_new(&enc, t, &e), &e);
+  snprintf(path, sizeof path, "%s/cases.jsonl", dir);
   FILE *f = fopen(path, "r");
   CHECK(f, "cannot open %s", path);
   char *line = NULL;
@@ -108,7 +115,7 @@ static int run(const char *name) {
     json_decref(c);
   }
   fclose(f);
-  snprintf(path, sizeof path, "%s", tok_fixture_path(name, "decode_cases.jsonl"));
+  snprintf(path, sizeof path, "%s/decode_cases.jsonl", dir);
   f = fopen(path, "r");
   CHECK(f, "cannot open %s", path);
   lineno = 0;
@@ -137,8 +144,18 @@ static int run(const char *name) {
   return (int)bad;
 }
 
+static int run(const char *name) { return run_dir(name, tok_fixture_path(name, NULL)); }
+
 int main(void) {
-  int bad = run("qwen2") + run("llama3") + run("gpt2");
+  int bad = run("qwen2") + run("qwen3_5") + run("llama3") + run("gpt2");
+  // Qwen3.5's vocabulary size: the qwen3_5 tokenizer grown to 248044 BPE
+  // tokens (ids past 2^17), made here, about 10 MB.
+  tmp_make();
+  const char *large = tmp_path("qwen3_5-248k");
+  CHECK(py_run("%s/tests/ref/gen_tok_fixtures.py --large %s", TRAIND_SOURCE_DIR, large) == 0,
+        "tests/ref/gen_tok_fixtures.py --large failed");
+  bad += run_dir("qwen3_5 at 248k", large);
+  tmp_cleanup();
   CHECK(bad == 0, "%d cases differ from tokenizers", bad);
   printf("ok\n");
   return 0;

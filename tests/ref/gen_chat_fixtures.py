@@ -82,7 +82,9 @@ GENERATION_TEMPLATES = {
     ),
 }
 
-FAMILIES = {"chatml": "qwen2", "llama3": "llama3"}  # fixture name -> tokenizer directory
+# fixture name -> tokenizer directory; chatml_qwen3_5 is ChatML through the
+# Qwen3.5-style tokenizer (its regex, its <think> markers as added tokens).
+FAMILIES = {"chatml": "qwen2", "chatml_qwen3_5": "qwen3_5", "llama3": "llama3"}
 
 SYS = "You are a careful assistant. Answer briefly."
 LONG = ("The licenses for most software and other practical works are designed to take away "
@@ -199,7 +201,8 @@ def main():
         jinja_path = os.path.join(args.out, name + ".jinja")
         with open(jinja_path, "w", encoding="utf-8", newline="") as f:
             f.write(template)
-        recs = [render_one(tok, raw, template, GENERATION_TEMPLATES[name], c) for c in conversations()]
+        recs = [render_one(tok, raw, template, GENERATION_TEMPLATES[name.split("_")[0]], c)
+                for c in conversations()]
         path = os.path.join(args.out, name + ".jsonl")
         with open(path, "w", encoding="utf-8", newline="\n") as f:
             for r in recs:

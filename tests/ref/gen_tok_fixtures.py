@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Write the tokenizer reference fixtures: three byte-level BPE tokenizers trained here
-with Hugging Face `tokenizers`, and what `tokenizers` makes of ~250 inputs with each.
+"""Write the tokenizer reference fixtures: four byte-level BPE tokenizers trained here
+with Hugging Face `tokenizers`, and what `tokenizers` makes of ~380 inputs with each.
 
 The C implementation of tokenizer.json (tests/fixtures/tok/<name>/tokenizer.json) is
 held to these files; it never imports Python. Each tokenizer copies the pipeline of a
 real model family, on a small vocabulary trained from data/demo/*.txt plus the
 multilingual text below:
 
+  qwen3_5 as qwen2, with Qwen3.5's regex (letters take combining marks: \p{M}), its
+          specials and vision markers, <think> and </think> as plain added tokens.
   qwen2   NFC; Split(Qwen2 regex, isolated) + ByteLevel(use_regex=False); BPE;
           ByteLevel decoder and post-processor; specials <|endoftext|> <|im_start|>
           <|im_end|>, and non-special added tokens with each AddedToken flag
@@ -54,9 +56,15 @@ TRAIN_FILES = ("data/demo/licenses.txt", "data/demo/eval.txt")
 MULTILINGUAL_REPEAT = 4  # the few KB below count this many times in training
 SEED_CASES = 4242
 SEED_DECODE = 4343
+SEED_LARGE = 4444
+# Qwen3.5/3.6's BPE tokens before its added ones (its config pads the
+# embedding to 248320): --large writes a tokenizer of that size.
+LARGE_VOCAB = 248044
 
 QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
                  r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+# transformers' own: its Qwen3_5Tokenizer splits with this.
+from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX as QWEN3_5_PATTERN  # noqa: E402
 LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
                   r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
@@ -209,6 +217,26 @@ def tok_spec():
                         model_max_length=32768, errors="replace", add_prefix_space=False,
                         tokenizer_class="Qwen2Tokenizer"),
         ),
+        # Qwen3.5/3.6's pipeline as transformers' Qwen3_5Tokenizer builds it: NFC,
+        # its regex, whose letters take combining marks (\p{M}) along, then ByteLevel.
+        "qwen3_5": dict(
+            normalizer=normalizers.NFC(),
+            pre_tokenizer=pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(QWEN3_5_PATTERN), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+            ]),
+            post_processor=None,
+            subword_affixes="",
+            ignore_merges=False,
+            trainer_specials=[],
+            added=[AddedToken(t, special=True, normalized=False) for t in (
+                "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                "<|image_pad|>", "<|video_pad|>")] + [
+                AddedToken(t, special=False, normalized=False) for t in ("<think>", "</think>")],
+            config=dict(bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                        unk_token=None, chat_template=CHATML_TEMPLATE, model_max_length=262144,
+                        errors="replace", add_prefix_space=False, tokenizer_class="Qwen3_5Tokenizer"),
+        ),
         "llama3": dict(
             normalizer=None,
             pre_tokenizer=pre_tokenizers.Sequence([
@@ -270,7 +298,9 @@ def training_texts():
     return [read_repo_text(p) for p in TRAIN_FILES] + [MULTILINGUAL] * MULTILINGUAL_REPEAT
 
 
-def train(spec):
+def train(spec, pad_to=None):
+    """The spec's tokenizer; pad_to: the model vocab grown to that many tokens
+    with merges past the trained ones (pad_vocab), before the added tokens."""
     tok = Tokenizer(models.BPE(dropout=None, unk_token=None, continuing_subword_prefix="",
                                end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
     if spec["normalizer"] is not None:
@@ -284,6 +314,8 @@ def train(spec):
     tok.train_from_iterator(training_texts(), trainer=trainer)
     if spec.get("extra_vocab"):
         tok = add_unmerged_vocab(tok, spec["extra_vocab"])
+    if pad_to:
+        tok = pad_vocab(tok, pad_to)
     # The trainer writes vocab and merges only; set what the model family uses.
     tok.model.ignore_merges = spec["ignore_merges"]
     tok.model.byte_fallback = False
@@ -314,6 +346,25 @@ def add_unmerged_vocab(tok, words):
         assert key not in vocab, f"{w!r} is in the trained vocab already"
         assert len(tok.model.tokenize(key)) > 1, f"merges build {w!r}"
         vocab[key] = len(vocab)
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def pad_vocab(tok, n):
+    """Grows the model vocab to n tokens: each new token joins two earlier ones
+    (a merge ranked after every trained one), drawn seeded among the shorter
+    tokens so that the text of the cases meets many of them."""
+    rng = random.Random(SEED_LARGE)
+    data = json.loads(tok.to_str())
+    vocab, merges = data["model"]["vocab"], data["model"]["merges"]
+    pool = sorted(vocab, key=lambda t: (len(t), vocab[t]))[:4096]
+    while len(vocab) < n:
+        a, b = rng.choice(pool), rng.choice(pool)
+        if a + b in vocab or len(a + b) > 12:
+            continue
+        merges.append([a, b])
+        vocab[a + b] = len(vocab)
+        if len(pool) < 65536:
+            pool.append(a + b)
     return Tokenizer.from_str(json.dumps(data))
 
 
@@ -774,6 +825,14 @@ def gen_one(out, name, spec, cases):
             if tok.normalizer.normalize_str(r.decode("utf-8", "replace")) != unicodedata.normalize(
                 type(tok.normalizer).__name__, r.decode("utf-8", "replace"))]
     info["python_replace_vs_rust_lossy_differ"] = compare_lossy(tok, cases)
+    if name == "qwen3_5":
+        # What \p{M} changes: the lines whose pre-tokens Qwen2's regex splits otherwise.
+        q2 = pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False)
+        q35 = pre_tokenizers.Split(Regex(QWEN3_5_PATTERN), behavior="isolated", invert=False)
+        info["splits_differ_from_qwen2_regex_lines"] = [
+            i + 1 for i, (_, r) in enumerate(cases)
+            if q2.pre_tokenize_str(tok.normalizer.normalize_str(r.decode("utf-8", "replace"))) !=
+            q35.pre_tokenize_str(tok.normalizer.normalize_str(r.decode("utf-8", "replace")))]
 
     print(f"{name}: {len(lines)} cases, {len(dec_lines)} decode cases, "
           f"{len(mismatches)} where decode(encode(text)) != normalize(text)")
@@ -785,10 +844,45 @@ def gen_one(out, name, spec, cases):
     return info
 
 
+def gen_large(out):
+    """The qwen3_5 tokenizer at Qwen3.5's vocabulary size, with its cases and
+    decode cases, into out (not committed: about 10 MB; test_tok_parity makes it)."""
+    spec = tok_spec()["qwen3_5"]
+    os.makedirs(out, exist_ok=True)
+    tok = train(spec, pad_to=LARGE_VOCAB)
+    path = os.path.join(out, "tokenizer.json")
+    tok.save(path)
+    tok = Tokenizer.from_file(path)
+    assert tok.get_vocab_size(with_added_tokens=False) == LARGE_VOCAB
+    write_config(tok, spec, os.path.join(out, "tokenizer_config.json"))
+    # Besides the shared cases, text made of the grown tokens' bytes (ids up to
+    # the last), where the late merges must apply.
+    to_byte = {c: b for b, c in enumerate(bytes_to_unicode())}
+    rng = random.Random(SEED_LARGE + 1)
+    grown = [t for t, i in tok.get_vocab(with_added_tokens=False).items() if i >= LARGE_VOCAB - 50000]
+    cases = build_cases() + [("large", b"".join(bytes(to_byte[ch] for ch in rng.choice(grown))
+                                                for _ in range(rng.randrange(1, 12)))) for _ in range(60)]
+    lines, _ = encode_cases(tok, cases)
+    write_jsonl(os.path.join(out, "cases.jsonl"), lines)
+    write_jsonl(os.path.join(out, "decode_cases.jsonl"), [
+        dict(ids=ids, decoded_hex=tok.decode(ids, skip_special_tokens=False).encode("utf-8").hex(),
+             decoded_skip_hex=tok.decode(ids, skip_special_tokens=True).encode("utf-8").hex())
+        for ids in decode_id_sequences(tok)])
+    big = sum(1 for line in lines for i in line["ids"] if i >= VOCAB_SIZE)
+    top = sum(1 for line in lines for i in line["ids"] if LARGE_VOCAB - 50000 <= i < LARGE_VOCAB)
+    print(f"{out}: {tok.get_vocab_size(with_added_tokens=True)} tokens; the cases use {big} ids past the "
+          f"trained {VOCAB_SIZE}, {top} of the last 50000")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=DEFAULT_OUT, help="output directory (default: tests/fixtures/tok)")
+    ap.add_argument("--large", metavar="DIR", help="write only the qwen3_5 tokenizer at Qwen3.5's "
+                    f"vocabulary size ({LARGE_VOCAB} + its added tokens) and its cases into DIR")
     args = ap.parse_args()
+    if args.large:
+        gen_large(args.large)
+        return
     os.makedirs(args.out, exist_ok=True)
 
     cases = build_cases()
