@@ -164,17 +164,21 @@ static void usage(FILE *f) {
 }
 
 // The presets' shapes: random-init models of the tests, the demo and the benches.
+// A hybrid (full_every > 0) has Gated DeltaNet layers of dn_heads key and
+// 2·dn_heads value heads of hd dims, conv 4, and rotates a quarter of hd.
 static const struct {
   const char *name;
   eng_arch arch;
   int vocab, d, layers, heads, kv, hd, ff, max_pos, tie;
   float rms_eps;
+  int full_every, dn_heads;
 } presets[] = {
-    {"tiny", ENG_ARCH_QWEN3, 256, 64, 2, 4, 2, 16, 176, 512, 1, 1e-6f}, // well under 1M parameters: the tests' model
-    {"demo", ENG_ARCH_QWEN3, 256, 384, 6, 6, 2, 64, 1024, 4096, 1, 1e-6f}, // ~10M Qwen3-style
-    {"bench5m", ENG_ARCH_QWEN3, 4096, 256, 4, 8, 4, 32, 688, 4096, 0, 1e-6f},
-    {"bench40m", ENG_ARCH_QWEN3, 16384, 512, 8, 8, 4, 64, 1536, 4096, 0, 1e-6f},
-    {"1b", ENG_ARCH_LLAMA, 32000, 2048, 22, 32, 4, 64, 5632, 4096, 0, 1e-5f}, // ~1.1B Llama-style (TinyLlama's shape)
+    {"tiny", ENG_ARCH_QWEN3, 256, 64, 2, 4, 2, 16, 176, 512, 1, 1e-6f, 0, 0}, // well under 1M parameters: the tests' model
+    {"demo", ENG_ARCH_QWEN3, 256, 384, 6, 6, 2, 64, 1024, 4096, 1, 1e-6f, 0, 0}, // ~10M Qwen3-style
+    {"bench5m", ENG_ARCH_QWEN3, 4096, 256, 4, 8, 4, 32, 688, 4096, 0, 1e-6f, 0, 0},
+    {"bench40m", ENG_ARCH_QWEN3, 16384, 512, 8, 8, 4, 64, 1536, 4096, 0, 1e-6f, 0, 0},
+    {"1b", ENG_ARCH_LLAMA, 32000, 2048, 22, 32, 4, 64, 5632, 4096, 0, 1e-5f, 0, 0}, // ~1.1B Llama-style (TinyLlama's shape)
+    {"hybrid40m", ENG_ARCH_QWEN3_5, 16384, 512, 8, 8, 4, 64, 1536, 4096, 0, 1e-6f, 4, 4}, // Qwen3.5-style, ~40M
 };
 
 static int preset(const char *name, eng_config *c) {
@@ -185,6 +189,11 @@ static int preset(const char *name, eng_config *c) {
                       .d_ff = presets[i].ff, .max_pos = presets[i].max_pos, .rope_theta = 10000.0f,
                       .rms_eps = presets[i].rms_eps, .init_std = 0.02f, .tie_embeddings = presets[i].tie};
     eng_arch_apply(c, presets[i].arch);
+    if (presets[i].full_every) {
+      const int h = presets[i].dn_heads, hd = presets[i].hd;
+      c->full_every = presets[i].full_every, c->rope_dim = hd / 4;
+      c->dn.k_heads = h, c->dn.v_heads = 2 * h, c->dn.k_dim = hd, c->dn.v_dim = hd, c->dn.conv = 4;
+    }
     return 0;
   }
   return -1;

@@ -3,8 +3,10 @@
 # run, with the same thread count: transformers' Qwen3 model class (sdpa
 # attention, no torch.compile) and torch.optim.AdamW, full steps (forward,
 # backward, clipping, AdamW), warm-up steps excluded, medians quoted.
-# Models: ~5M (d 256, 4 layers, 8 heads, 4 kv heads, ffn 688, vocab 4096) and
-# ~40M (d 512, 8 layers, 8/4 heads, ffn 1536, vocab 16384), T 256, batch 8.
+# Models: ~5M (d 256, 4 layers, 8 heads, 4 kv heads, ffn 688, vocab 4096),
+# ~40M (d 512, 8 layers, 8/4 heads, ffn 1536, vocab 16384) and a ~44M Qwen3.5
+# hybrid of the 40M's sizes (transformers' Qwen3_5ForCausalLM; traind-train's
+# hybrid40m), T 256, batch 8.
 # Also prints the achieved GFLOP/s (6 · params · tokens per second, the
 # convention of the papers we compare with) against the machine's sgemm rate
 # (OpenBLAS) measured in the same run, and the rate of the engine's own
@@ -52,18 +54,21 @@ params() {
   "$BUILD_DIR"/engine/traind-train --preset "$1" --data data/demo/licenses.txt --seq 256 --batch 8 --steps 0 |
     awk '/^model/ {print $3}'
 }
-theirs() { # torch args...
-  env "${torch_env[@]}" $PY tests/bench/engine_torch.py --arch qwen3 --seq 256 --batch 8 --steps "$STEPS" --warmup $WARMUP \
-    --threads "$THREADS" "$@" | awk '/^torch_tokens_per_s/ {print $2}'
+theirs() { # torch args... (--arch qwen3 unless given)
+  env "${torch_env[@]}" $PY tests/bench/engine_torch.py --arch qwen3 "$@" --seq 256 --batch 8 --steps "$STEPS" --warmup $WARMUP \
+    --threads "$THREADS" | awk '/^torch_tokens_per_s/ {print $2}'
 }
 
 declare -A ratio
-for model in 5m 40m; do
-  if [ $model = 5m ]; then
-    preset=bench5m; targs=(--d 256 --layers 4 --heads 8 --kv 4 --ffn 688 --vocab 4096)
-  else
-    preset=bench40m; targs=(--d 512 --layers 8 --heads 8 --kv 4 --ffn 1536 --vocab 16384)
-  fi
+for model in 5m 40m hybrid40m; do
+  case $model in
+    5m) preset=bench5m; targs=(--d 256 --layers 4 --heads 8 --kv 4 --ffn 688 --vocab 4096) ;;
+    40m) preset=bench40m; targs=(--d 512 --layers 8 --heads 8 --kv 4 --ffn 1536 --vocab 16384) ;;
+    # Qwen3.5's hybrid: 6 Gated DeltaNet layers (4 key, 8 value heads of 64),
+    # gated full attention every 4th; transformers' delta rule is plain PyTorch.
+    hybrid40m) preset=hybrid40m
+      targs=(--arch qwen3_5 --d 512 --layers 8 --heads 8 --kv 4 --ffn 1536 --vocab 16384 --full-every 4 --dn-heads 4) ;;
+  esac
   n=$(params $preset)
   a=$(ours $preset)
   b=$(theirs "${targs[@]}")

@@ -42,13 +42,28 @@ def build_model(args):
     if args.arch == "llama":
         config = transformers.LlamaConfig(**common)
         return transformers.LlamaForCausalLM(config)
+    if args.arch == "qwen3_5":
+        # traind-train's hybrid40m: Gated DeltaNet layers of --dn-heads key and
+        # twice as many value heads of head_dim, conv 4, full attention every
+        # --full-every-th layer rotating a quarter of head_dim. Without
+        # flash-linear-attention (not installed) transformers runs its delta
+        # rule in plain PyTorch (torch_chunk_gated_delta_rule).
+        hd = args.d // args.heads
+        config = transformers.Qwen3_5TextConfig(
+            **common, full_attention_interval=args.full_every, linear_num_key_heads=args.dn_heads,
+            linear_num_value_heads=2 * args.dn_heads, linear_key_head_dim=hd, linear_value_head_dim=hd,
+            linear_conv_kernel_dim=4,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+        return transformers.Qwen3_5ForCausalLM(config)
     config = transformers.Qwen3Config(**common)
     return transformers.Qwen3ForCausalLM(config)
 
 
 def main():
     ap = argparse.ArgumentParser(description="PyTorch CPU training throughput")
-    ap.add_argument("--arch", choices=["llama", "qwen3"], default="qwen3")
+    ap.add_argument("--arch", choices=["llama", "qwen3", "qwen3_5"], default="qwen3")
+    ap.add_argument("--full-every", type=int, default=4, help="qwen3_5: full attention every N-th layer")
+    ap.add_argument("--dn-heads", type=int, default=4, help="qwen3_5: linear attention key heads")
     ap.add_argument("--d", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=8)

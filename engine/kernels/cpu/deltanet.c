@@ -45,37 +45,49 @@ void eng_k_conv_silu_fwd(float *y, float *u, const float *x, int ldx, const floa
 void eng_k_conv_silu_bwd(float *dx, int lddx, float *dw, const float *dy, const float *u, const float *x, int ldx,
                          const float *w, const int32_t *pos, int B, int T, int C, int K) {
   const int nblk = (C + CB - 1) / CB;
-#pragma omp parallel for schedule(static) if (eng_k_team((size_t)B * T * C * K))
-  for (int cb = 0; cb < nblk; cb++) {
-    const int c0 = cb * CB, c1 = c0 + CB < C ? c0 + CB : C;
-    double acc[CB * 8]; // dw of the block's channels, taps up to 8 (ENG_K_CONV_MAX)
-    memset(acc, 0, sizeof acc);
-    for (int b = 0; b < B; b++)
-      for (int s = 0; s < T; s++) {
-        const size_t r = (size_t)b * T + s;
-        // dx[s] = Σ_j w[j]·du[s − j + K − 1] over the tokens t ≥ s of s's record.
-        for (int c = c0; c < c1; c++) {
-          float d = 0;
-          for (int j = K - 1; j >= 0; j--) {
-            const int t = s - j + (K - 1);
-            if (t >= T || rec_start(pos, b, T, t) > s) continue;
-            const size_t rt = (size_t)b * T + t;
-            d = fmaf(w[(size_t)c * K + j], eng_km_silu_bwd(dy[rt * C + c], u[rt * C + c]), d);
-          }
-          dx[r * lddx + c] = d;
+#pragma omp parallel if (eng_k_team((size_t)B * T * C * K))
+  {
+    // du = dy·silu'(u) of one row's tokens for the block's channels, formed
+    // once and read by every tap.
+    float *du = malloc(sizeof(float) * (size_t)T * CB);
+    if (!du) abort(); // a row of a block: out of memory here is not recoverable
+#pragma omp for schedule(static)
+    for (int cb = 0; cb < nblk; cb++) {
+      const int c0 = cb * CB, c1 = c0 + CB < C ? c0 + CB : C;
+      double acc[CB * 8]; // dw of the block's channels, taps up to 8 (ENG_K_CONV_MAX)
+      memset(acc, 0, sizeof acc);
+      for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+          const size_t rt = (size_t)b * T + t;
+          for (int c = c0; c < c1; c++) du[(size_t)t * CB + (c - c0)] = eng_km_silu_bwd(dy[rt * C + c], u[rt * C + c]);
         }
-        // dw[c][j] += du[s]·x[s + j − (K − 1)], s as the output token here.
-        const int s0 = rec_start(pos, b, T, s);
-        for (int c = c0; c < c1; c++) {
-          const float du = eng_km_silu_bwd(dy[r * C + c], u[r * C + c]);
-          for (int j = 0; j < K; j++) {
-            const int i = s + j - (K - 1);
-            if (i >= s0) acc[(c - c0) * 8 + j] += (double)(du * x[((size_t)b * T + i) * ldx + c]);
+        for (int s = 0; s < T; s++) {
+          const size_t r = (size_t)b * T + s;
+          // dx[s] = Σ_j w[j]·du[s − j + K − 1] over the tokens t ≥ s of s's record.
+          for (int c = c0; c < c1; c++) {
+            float d = 0;
+            for (int j = K - 1; j >= 0; j--) {
+              const int t = s - j + (K - 1);
+              if (t >= T || rec_start(pos, b, T, t) > s) continue;
+              d = fmaf(w[(size_t)c * K + j], du[(size_t)t * CB + (c - c0)], d);
+            }
+            dx[r * lddx + c] = d;
+          }
+          // dw[c][j] += du[s]·x[s + j − (K − 1)], s as the output token here.
+          const int s0 = rec_start(pos, b, T, s);
+          for (int c = c0; c < c1; c++) {
+            const float g = du[(size_t)s * CB + (c - c0)];
+            for (int j = 0; j < K; j++) {
+              const int i = s + j - (K - 1);
+              if (i >= s0) acc[(c - c0) * 8 + j] += (double)(g * x[((size_t)b * T + i) * ldx + c]);
+            }
           }
         }
       }
-    for (int c = c0; c < c1; c++)
-      for (int j = 0; j < K; j++) dw[(size_t)c * K + j] += (float)acc[(c - c0) * 8 + j];
+      for (int c = c0; c < c1; c++)
+        for (int j = 0; j < K; j++) dw[(size_t)c * K + j] += (float)acc[(c - c0) * 8 + j];
+    }
+    free(du);
   }
 }
 

@@ -128,20 +128,19 @@ void eng_k_deltarule_bwd(float *dq, float *dk, float *dv, float *dg, float *dbet
             float *dqt = dq + r * ldq + (size_t)kh * kd, *dkt = dk + r * ldk + (size_t)kh * kd;
             scale_q(qs, q + r * ldq + (size_t)kh * kd, kd);
             const float scale = 1.0f / sqrtf((float)kd);
-            // o = S_tᵀq̂: dq and dS.
+            // o = S_tᵀq̂: dq and dS; in the same pass over the rows, skr =
+            // S_{t−1}ᵀk and w = v − (a·S_{t−1})ᵀk as the forward's step formed it.
+            for (int j = 0; j < vd; j++) skr[j] = 0, w[j] = 0, du[j] = 0;
             for (int i = 0; i < kd; i++) {
               const float *s = St + (size_t)i * vd;
               dqt[i] += eng_k_dot_row(s, dot, (size_t)vd) * scale;
               float *d = dS + (size_t)i * vd;
               for (int j = 0; j < vd; j++) d[j] = fmaf(qs[i], dot[j], d[j]);
-            }
-            // skr = S_{t−1}ᵀk; w = v − (a·S_{t−1})ᵀk as the forward's step formed it.
-            for (int j = 0; j < vd; j++) skr[j] = 0, w[j] = 0, du[j] = 0;
-            for (int i = 0; Sp && i < kd; i++) {
-              const float *s = Sp + (size_t)i * vd;
+              if (!Sp) continue;
+              const float *sp = Sp + (size_t)i * vd;
               for (int j = 0; j < vd; j++) {
-                skr[j] = fmaf(s[j], kt[i], skr[j]);
-                w[j] = fmaf(s[j] * a, kt[i], w[j]);
+                skr[j] = fmaf(sp[j], kt[i], skr[j]);
+                w[j] = fmaf(sp[j] * a, kt[i], w[j]);
               }
             }
             for (int j = 0; j < vd; j++) w[j] = vt[j] - w[j];
@@ -164,18 +163,18 @@ void eng_k_deltarule_bwd(float *dq, float *dk, float *dv, float *dg, float *dbet
               dvt[j] = bt * du[j];
               da = fmaf(-dvt[j], skr[j], da);
             }
-            for (int i = 0; Sp && i < kd; i++) {
-              const float *s = Sp + (size_t)i * vd, *d = dS + (size_t)i * vd;
-              dkt[i] -= a * eng_k_dot_row(s, dvt, (size_t)vd);
-              da += eng_k_dot_row(d, s, (size_t)vd);
-            }
-            // dS_{t−1} = a·(dS − k·dwᵀ); nothing crosses a record start.
+            // Row by row: S_{t−1}'s parts of dk and da, then dS_{t−1} =
+            // a·(dS − k·dwᵀ); nothing crosses a record start.
             for (int i = 0; i < kd; i++) {
               float *d = dS + (size_t)i * vd;
-              if (Sp)
-                for (int j = 0; j < vd; j++) d[j] = a * fmaf(-kt[i], dvt[j], d[j]);
-              else
+              if (!Sp) {
                 memset(d, 0, sizeof(float) * vd);
+                continue;
+              }
+              const float *s = Sp + (size_t)i * vd;
+              dkt[i] -= a * eng_k_dot_row(s, dvt, (size_t)vd);
+              da += eng_k_dot_row(d, s, (size_t)vd);
+              for (int j = 0; j < vd; j++) d[j] = a * fmaf(-kt[i], dvt[j], d[j]);
             }
             dg[r * ldd + h] = da * a;
             dbeta[r * ldd + h] = dbt;
