@@ -43,6 +43,7 @@ void spec_config_from_pb(const T(ModelConfig) *m, eng_config *c) {
   c->dn.k_heads = m->linear_num_key_heads, c->dn.v_heads = m->linear_num_value_heads;
   c->dn.k_dim = m->linear_key_head_dim, c->dn.v_dim = m->linear_value_head_dim;
   c->dn.conv = m->linear_conv_kernel_dim, c->rope_dim = m->rotary_dim;
+  c->vlm = m->multimodal;
 }
 
 void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
@@ -64,6 +65,7 @@ void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
   m->linear_num_key_heads = c->dn.k_heads, m->linear_num_value_heads = c->dn.v_heads;
   m->linear_key_head_dim = c->dn.k_dim, m->linear_value_head_dim = c->dn.v_dim;
   m->linear_conv_kernel_dim = c->dn.conv, m->rotary_dim = c->rope_dim;
+  m->multimodal = c->vlm;
 }
 
 int spec_fs(const val_roots *roots, eng_fs **out, val_err *e) {

@@ -305,6 +305,8 @@ static int val_model_config(const T(ModelConfig) *c, const char *p, val_err *e) 
   if (!c->head_dim && c->hidden_size % c->num_attention_heads)
     return bad(e, "%s.head_dim: required when num_attention_heads (%d) does not divide hidden_size (%d)", p,
                c->num_attention_heads, c->hidden_size);
+  if (c->multimodal)
+    return bad(e, "%s.multimodal: a model made from a config has no vision tower to carry; give model.hf_dir", p);
   return 0;
 }
 

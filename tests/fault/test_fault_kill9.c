@@ -5,8 +5,10 @@
 // every 30 steps, so the resume passes the merges at 90, 120 and 150),
 // whose checkpoint then exports through the daemon (the effective weights,
 // checked against transformers in test_parity_export); and a job of Qwen3.5's
-// hybrid from its Hugging Face directory (tests/fixtures/qwen3_5), whose
-// export transformers then loads and scores like the engine.
+// hybrid from a Qwen3_5ForConditionalGeneration directory
+// (tests/fixtures/qwen3_5_vlm), whose export through the restarted daemon
+// transformers loads as that class and scores like the engine, with the
+// source's vision and MTP tensors bit for bit.
 #define _GNU_SOURCE
 #include "e2e/daemon.h"
 #include "fixture.h"
@@ -96,14 +98,16 @@ int main(void) {
   CHECK(access(file, R_OK) == 0, "the export has no %s", file);
   printf("exported the POET-X job's checkpoint to %s\n", dir);
 
-  kill_and_resume(&t, job_of("hybrid.yaml", "model:\n  hf_dir: " TRAIND_SOURCE_DIR "/tests/fixtures/qwen3_5\n", ""),
-                  "Qwen3.5 hybrid job", 6, a, sizeof a);
+  // The hybrid as the published checkpoints are: a Qwen3_5ForConditionalGeneration
+  // whose vision and MTP tensors the export must carry through a restart.
+  kill_and_resume(&t, job_of("hybrid.yaml", "model:\n  hf_dir: " TRAIND_SOURCE_DIR "/tests/fixtures/qwen3_5_vlm\n", ""),
+                  "Qwen3.5 hybrid job (Qwen3_5ForConditionalGeneration)", 6, a, sizeof a);
   dir = tmp_path("hybrid-export");
   CHECK(td_ctl(&t, out, sizeof out, "export %s %s", a, dir) == 0, "export of the hybrid job failed: %s", out);
   // The engine scores the export; transformers loads it and must agree.
   enum { B = 2, T = 64 };
   eng_run *r = fx_run_open(dir, B, T);
-  CHECK(eng_run_config(r)->full_every == 2, "the export is not the hybrid");
+  CHECK(eng_run_config(r)->full_every == 3 && eng_run_config(r)->vlm, "the export is not the multimodal hybrid");
   const int V = eng_run_config(r)->vocab;
   int32_t ids[B * T];
   for (int i = 0; i < B * T; i++) ids[i] = (i * 7919 + 13) % V;
@@ -111,8 +115,10 @@ int main(void) {
   double loss;
   eng_err e = {0};
   CHECK_OK(eng_debug_grads(r, ids, ids, NULL, &loss, logits, &e), &e);
-  py_check_hf_export(dir, tmp_path("engine-logits.safetensors"), ids, logits, B, T, V, NULL);
-  printf("exported the hybrid job to %s; transformers scores it as the engine does\n", dir);
+  py_check_hf_export(dir, tmp_path("engine-logits.safetensors"), ids, logits, B, T, V,
+                     TRAIND_SOURCE_DIR "/tests/fixtures/qwen3_5_vlm");
+  printf("exported the hybrid job to %s; transformers loads it as Qwen3_5ForConditionalGeneration, scores it as "
+         "the engine does, and its vision and MTP tensors are the source's\n", dir);
   free(logits);
   eng_close(r);
   td_finish(&t);
