@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "model/hf_io.h"
+#include "model/rope.h"
 #include "owner.h"
 
 #define T(x) Traind__V1__##x   // types
@@ -44,6 +45,11 @@ void spec_config_from_pb(const T(ModelConfig) *m, eng_config *c) {
   c->dn.k_dim = m->linear_key_head_dim, c->dn.v_dim = m->linear_value_head_dim;
   c->dn.conv = m->linear_conv_kernel_dim, c->rope_dim = m->rotary_dim;
   c->vlm = m->multimodal;
+  const int rt = m->rope_type && *m->rope_type ? eng_rope_find(m->rope_type) : ENG_ROPE_DEFAULT;
+  c->rope.type = rt < 0 ? ENG_ROPE_TYPES : rt; // validation refuses it by name before this
+  c->rope.factor = m->rope_factor, c->rope.low_freq_factor = m->rope_low_freq_factor;
+  c->rope.high_freq_factor = m->rope_high_freq_factor;
+  c->rope.original_max_pos = m->rope_original_max_position_embeddings;
 }
 
 void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
@@ -66,6 +72,10 @@ void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
   m->linear_key_head_dim = c->dn.k_dim, m->linear_value_head_dim = c->dn.v_dim;
   m->linear_conv_kernel_dim = c->dn.conv, m->rotary_dim = c->rope_dim;
   m->multimodal = c->vlm;
+  m->rope_type = (char *)eng_rope_name(c->rope.type);
+  m->rope_factor = c->rope.factor, m->rope_low_freq_factor = c->rope.low_freq_factor;
+  m->rope_high_freq_factor = c->rope.high_freq_factor;
+  m->rope_original_max_position_embeddings = c->rope.original_max_pos;
 }
 
 int spec_fs(const val_roots *roots, eng_fs **out, val_err *e) {

@@ -17,6 +17,7 @@
 
 #include "compute/scaling.h"
 #include "compute/select.h"
+#include "model/rope.h"
 
 #define T(x) Traind__V1__##x   // types
 #define K(x) TRAIND__V1__##x   // constants
@@ -307,6 +308,8 @@ static int val_model_config(const T(ModelConfig) *c, const char *p, val_err *e) 
                c->num_attention_heads, c->hidden_size);
   if (c->multimodal)
     return bad(e, "%s.multimodal: a model made from a config has no vision tower to carry; give model.hf_dir", p);
+  if (c->rope_type && *c->rope_type && eng_rope_find(c->rope_type) < 0)
+    return bad(e, "%s.rope_type: \"%s\" is not one of default, linear, llama3", p, c->rope_type);
   return 0;
 }
 

@@ -79,16 +79,15 @@ void eng_k_headnorm_hs_bwd(float *dx, float *dw, const float *dy, int ldy, const
 //
 // Rotary embedding in place on x[B*T, heads, hd] whose rows (tokens) are ld
 // floats apart (ld >= heads*hd), row t of batch b at position pos[b][t],
-// the rotate-half convention of Llama/Qwen: pairs (i, i + hd/2),
-// inv_freq[i] = theta^(-2i/hd). bwd applies the inverse rotation to dx.
-void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta);
-void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta);
-// The same on the first rd (even, ≤ hd) of each head's hd values, the rest
-// left alone (a partial rotary factor, Qwen3.5's 0.25): pairs (i, i + rd/2),
-// inv_freq[i] = theta^(-2i/rd).
-void eng_k_rope_part_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd, float theta);
-void eng_k_rope_part_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
-                         float theta);
+// the rotate-half convention of Llama/Qwen on the first rd (even, <= hd) of
+// each head's values, the rest left alone (a partial rotary factor, Qwen3.5's
+// 0.25): pairs (i, i + rd/2) turn by pos·inv_freq[i], inv_freq[rd/2] the
+// model's frequencies (model/rope.h: a scaled RoPE's differ from plain
+// RoPE's). bwd applies the inverse rotation to dx.
+void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
+                    const float *inv_freq);
+void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
+                    const float *inv_freq);
 
 // Largest head dim of the attention and rope kernels (their tile buffers live
 // on the stack); a model config with a larger head_dim must be refused.

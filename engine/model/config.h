@@ -9,6 +9,9 @@
 #include "common/fs_open.h"
 #include "model/arch.h"
 
+// RoPE's frequencies (rope_parameters' rope_type; model/rope.h computes them).
+typedef enum { ENG_ROPE_DEFAULT = 0, ENG_ROPE_LINEAR, ENG_ROPE_LLAMA3, ENG_ROPE_TYPES } eng_rope_type;
+
 typedef struct eng_config {
   eng_arch arch;
   int vocab;          // vocab_size
@@ -20,6 +23,12 @@ typedef struct eng_config {
   int d_ff;           // intermediate_size
   int max_pos;        // max_position_embeddings
   float rope_theta;   // rope_theta (rope_parameters.rope_theta in newer configs)
+  struct {            // rope_parameters' (or the older rope_scaling's) scaling
+    int type;         // eng_rope_type
+    float factor;     // linear, llama3: the frequencies' divisor
+    float low_freq_factor, high_freq_factor; // llama3
+    int original_max_pos;                    // llama3: original_max_position_embeddings
+  } rope;
   float rms_eps;      // rms_norm_eps
   float init_std;     // initializer_range, for random init
   int tie_embeddings; // tie_word_embeddings

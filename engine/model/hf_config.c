@@ -18,6 +18,7 @@
 #include "common/json_kind.h"
 #include "kernels/kernels.h"
 #include "model/atomic_file.h"
+#include "model/rope.h"
 
 // ---- typed field access ----------------------------------------------------
 // Each getter leaves *out untouched when the field is absent or null, so the
@@ -120,51 +121,80 @@ static int parse_arch(const json_t *root, const char *path, eng_arch *out, eng_e
 
 // ---- features the engine refuses -------------------------------------------
 
-// Rotary embedding: the plain ("default") RoPE only. transformers 5 writes
-// "rope_parameters": {"rope_theta", "rope_type"}; older versions write a
-// top-level "rope_theta" and put scaling in "rope_scaling". When both name a
-// theta, rope_parameters wins, as in transformers.
-static int parse_rope(const json_t *root, const char *path, const eng_arch_row *row, float *theta, float *partial,
-                      eng_err *e) {
-  const json_t *scaling = json_object_get(root, "rope_scaling");
-  if (scaling && !json_is_null(scaling))
-    return eng_err_set(e, ENG_ENOTSUP,
-                       "%s: field \"rope_scaling\" is set: scaled RoPE is not supported", path);
-  int rc = get_float(root, path, "rope_theta", theta, e);
-  if (rc) return rc;
-  const json_t *rp = json_object_get(root, "rope_parameters");
-  if (!rp || json_is_null(rp)) return ENG_OK;
-  if (!json_is_object(rp)) return wrong_type(path, "rope_parameters", "an object", rp, e);
+// Rotary embedding: transformers 5 writes "rope_parameters" {"rope_theta",
+// "rope_type", and the type's keys}; older versions write a top-level
+// "rope_theta" and the scaling in "rope_scaling" (its type as "type" or
+// "rope_type"), which transformers 5 reads into rope_parameters. Both are
+// read, rope_parameters last, so its keys win. A type model/rope.h lacks,
+// and a key no type here reads, are refused by name.
+static int parse_rope_obj(const json_t *rp, const char *path, const char *obj, const eng_arch_row *row,
+                          eng_config *c, float *partial, eng_err *e) {
+  if (!json_is_object(rp)) return wrong_type(path, obj, "an object", rp, e);
   const char *key;
   const json_t *v;
+  char name[96];
   json_object_foreach((json_t *)rp, key, v) {
-    if (strcmp(key, "rope_theta") == 0) {
-      if (json_is_number(v))
-        *theta = (float)json_number_value(v);
-      else if (!json_is_null(v))
-        return wrong_type(path, "rope_parameters.rope_theta", "a number", v, e);
-    } else if (strcmp(key, "rope_type") == 0 || strcmp(key, "type") == 0) {
-      if (!json_is_string(v))
-        return wrong_type(path, "rope_parameters.rope_type", "a string", v, e);
-      if (strcmp(json_string_value(v), "default") != 0)
-        return eng_err_set(e, ENG_ENOTSUP,
-                           "%s: field \"rope_parameters.%s\" is not \"default\", the only RoPE "
-                           "supported",
-                           path, key);
-    } else if (strcmp(key, "partial_rotary_factor") == 0 && json_is_number(v) &&
+    snprintf(name, sizeof name, "%s.%s", obj, key);
+    float *real = !strcmp(key, "rope_theta")         ? &c->rope_theta
+                  : !strcmp(key, "factor")           ? &c->rope.factor
+                  : !strcmp(key, "low_freq_factor")  ? &c->rope.low_freq_factor
+                  : !strcmp(key, "high_freq_factor") ? &c->rope.high_freq_factor
+                                                     : NULL;
+    if (real) {
+      if (!json_is_null(v) && !json_is_number(v)) return wrong_type(path, name, "a number", v, e);
+      if (json_is_number(v)) *real = (float)json_number_value(v);
+    } else if (!strcmp(key, "original_max_position_embeddings")) {
+      if (!json_is_null(v) && !json_is_integer(v)) return wrong_type(path, name, "an integer", v, e);
+      if (json_is_integer(v)) c->rope.original_max_pos = (int)json_integer_value(v);
+    } else if (!strcmp(key, "rope_type") || !strcmp(key, "type")) {
+      if (!json_is_string(v)) return wrong_type(path, name, "a string", v, e);
+      int t = eng_rope_find(json_string_value(v));
+      if (t < 0)
+        return eng_err_set(e, ENG_ENOTSUP, "%s: field \"%s\" is \"%s\": that RoPE is not supported (%s, %s and %s are)",
+                           path, name, json_string_value(v), eng_rope_name(0), eng_rope_name(1), eng_rope_name(2));
+      c->rope.type = t;
+    } else if (!strcmp(key, "partial_rotary_factor") && json_is_number(v) &&
                (json_number_value(v) == 1.0 || row->hybrid)) {
       *partial = (float)json_number_value(v); // a hybrid rotates part of each head
-    } else if (row->hybrid && (strcmp(key, "mrope_section") == 0 || strcmp(key, "mrope_interleaved") == 0)) {
+    } else if (row->hybrid && (!strcmp(key, "mrope_section") || !strcmp(key, "mrope_interleaved"))) {
       // Multimodal RoPE: a text model's three position streams are equal,
       // which makes it the plain rotation.
     } else {
-      return eng_err_set(e, ENG_ENOTSUP,
-                         "%s: field \"rope_parameters.%s\" is not supported (plain RoPE takes only "
-                         "rope_theta and rope_type)",
-                         path, key);
+      return eng_err_set(e, ENG_ENOTSUP, "%s: field \"%s\" is not supported (RoPE here reads rope_theta, rope_type "
+                         "and the keys of the linear and llama3 types)", path, name);
     }
   }
   return ENG_OK;
+}
+
+// The keys the type needs (transformers refuses a config without them);
+// `what` names the source.
+static int check_rope(const char *path, const eng_config *c, eng_err *e) {
+  const struct {
+    const char *key;
+    int missing;
+  } need[] = {
+      {"factor", c->rope.type != ENG_ROPE_DEFAULT && !(c->rope.factor > 0)},
+      {"low_freq_factor", c->rope.type == ENG_ROPE_LLAMA3 && !(c->rope.low_freq_factor > 0)},
+      {"high_freq_factor", c->rope.type == ENG_ROPE_LLAMA3 && !(c->rope.high_freq_factor > c->rope.low_freq_factor)},
+      {"original_max_position_embeddings", c->rope.type == ENG_ROPE_LLAMA3 && c->rope.original_max_pos <= 0},
+  };
+  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+    if (need[i].missing)
+      return eng_err_set(e, ENG_EINVAL, "%s: field \"rope_parameters.%s\" is missing or out of range: rope_type %s "
+                         "needs it%s", path, need[i].key, eng_rope_name(c->rope.type),
+                         i == 2 ? " above low_freq_factor" : " positive");
+  return ENG_OK;
+}
+
+static int parse_rope(const json_t *root, const char *path, const eng_arch_row *row, eng_config *c, float *partial,
+                      eng_err *e) {
+  int rc = get_float(root, path, "rope_theta", &c->rope_theta, e);
+  const json_t *scaling = json_object_get(root, "rope_scaling"), *rp = json_object_get(root, "rope_parameters");
+  if (!rc && scaling && !json_is_null(scaling))
+    rc = parse_rope_obj(scaling, path, "rope_scaling", row, c, partial, e);
+  if (!rc && rp && !json_is_null(rp)) rc = parse_rope_obj(rp, path, "rope_parameters", row, c, partial, e);
+  return rc; // eng_config_validate checks the type's keys
 }
 
 // Mixture-of-experts configs of the families transformers knows carry one of
@@ -331,7 +361,7 @@ static int parse(const json_t *root, const char *path, eng_config *c, eng_err *e
   if (!rc) rc = get_int(root, path, "max_position_embeddings", &c->max_pos, e);
   float partial = row->hybrid ? row->hybrid->partial_rotary : 1.0f;
   if (!rc && row->hybrid) rc = get_float(root, path, "partial_rotary_factor", &partial, e);
-  if (!rc) rc = parse_rope(root, path, row, &c->rope_theta, &partial, e);
+  if (!rc) rc = parse_rope(root, path, row, c, &partial, e);
   if (!rc && row->hybrid) rc = parse_hybrid(root, path, row->hybrid, partial, c, e);
   if (!rc) rc = get_float(root, path, "rms_norm_eps", &c->rms_eps, e);
   if (!rc) rc = get_float(root, path, "initializer_range", &c->init_std, e);
@@ -500,6 +530,10 @@ int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
   // norms (which write q out of them) must be there to de-interleave it.
   if (c->attn_gate && !c->qk_norm)
     return eng_err_set(e, ENG_EINVAL, "%s: an attention output gate needs q/k norms", what);
+  if ((unsigned)c->rope.type >= ENG_ROPE_TYPES)
+    return eng_err_set(e, ENG_EINVAL, "%s: RoPE type %d is unknown", what, c->rope.type);
+  int rc = check_rope(what, c, e);
+  if (rc) return rc;
   if (c->rope_dim < 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
     return eng_err_set(e, ENG_EINVAL, "%s: %d rotary dims of head_dim %d: must be even and at most head_dim", what,
                        c->rope_dim, c->head_dim);
@@ -541,6 +575,25 @@ static int save_hybrid(json_t *o, json_t *rope, const eng_config *c) {
   return bad;
 }
 
+// The RoPE type and its keys into rope_parameters, and for transformers 4.x
+// (which reads rope_scaling) a rope_scaling of a type other than default.
+static int save_rope_type(json_t *o, json_t *rope, const eng_config *c) {
+  json_t *sc = c->rope.type == ENG_ROPE_DEFAULT ? NULL : json_object();
+  int bad = c->rope.type != ENG_ROPE_DEFAULT && !sc;
+  json_t *dst[2] = {rope, sc};
+  for (int i = 0; i < 2 && dst[i]; i++) {
+    bad |= set(dst[i], "rope_type", json_string(eng_rope_name(c->rope.type)));
+    if (c->rope.type == ENG_ROPE_DEFAULT) continue;
+    bad |= set(dst[i], "factor", json_float(c->rope.factor));
+    if (c->rope.type != ENG_ROPE_LLAMA3) continue;
+    bad |= set(dst[i], "low_freq_factor", json_float(c->rope.low_freq_factor));
+    bad |= set(dst[i], "high_freq_factor", json_float(c->rope.high_freq_factor));
+    bad |= set(dst[i], "original_max_position_embeddings", json_integer(c->rope.original_max_pos));
+  }
+  if (sc) bad |= set(o, "rope_scaling", sc);
+  return bad;
+}
+
 // Sets o's token-id fields to those of the config.json at ids_from.
 static int copy_token_ids(json_t *o, const eng_fs *fs, const char *ids_from, eng_err *e) {
   json_t *src;
@@ -579,7 +632,7 @@ static json_t *text_config_json(const eng_config *c, const char *dtype_name) {
   // transformers 4.x reads the top-level rope_theta, 5.x rope_parameters.
   bad |= set(o, "rope_theta", json_float(c->rope_theta));
   bad |= set(rope, "rope_theta", json_float(c->rope_theta));
-  bad |= set(rope, "rope_type", json_string("default"));
+  bad |= save_rope_type(o, rope, c);
   bad |= set(o, "rope_parameters", rope);
   // "torch_dtype" until transformers 4.55, "dtype" since.
   bad |= set(o, "torch_dtype", json_string(dtype_name));

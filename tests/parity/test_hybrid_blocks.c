@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "model/rope.h"
 #include "fixture.h"
 #include "kernels/kernels.h"
 
@@ -118,8 +119,10 @@ static void blocks(const eng_st_file *f, shape s, const int32_t *pos) {
   // Partial RoPE (6 of 24 values per head) in place, on the packed positions.
   const int hd = 24, lr = s.Hk * hd;
   y = fx_f32(f, "rope.x", NULL), dx = fx_f32(f, "rope.dy", NULL);
-  eng_k_rope_part_fwd(y, lr, pos, s.B, s.T, s.Hk, hd, hd / 4, 10000.0f);
-  eng_k_rope_part_bwd(dx, lr, pos, s.B, s.T, s.Hk, hd, hd / 4, 10000.0f);
+  float fr[ENG_K_MAX_HD / 2];
+  eng_rope_inv_freq(&(eng_config){.rope_theta = 10000.0f}, hd / 4, fr);
+  eng_k_rope_fwd(y, lr, pos, s.B, s.T, s.Hk, hd, hd / 4, fr);
+  eng_k_rope_bwd(dx, lr, pos, s.B, s.T, s.Hk, hd, hd / 4, fr);
   near(f, "rope.y", y, (size_t)n * lr, 1e-6);
   near(f, "rope.dx", dx, (size_t)n * lr, 1e-6);
   free(y), free(dx);

@@ -1,5 +1,5 @@
 // What the engine saves, transformers loads: a model trained a few steps
-// (Llama, Qwen2, Qwen3, Qwen3.5's hybrid, the text model of a
+// (Llama, Llama 3.1 with its llama3 RoPE, Qwen2, Qwen3, Qwen3.5's hybrid, the text model of a
 // Qwen3_5ForConditionalGeneration, whose vision and MTP tensors the export
 // must carry bit for bit) is exported as a Hugging Face
 // directory (fp32 and bf16), the engine reloads it
@@ -33,7 +33,7 @@ static float *logits_of(eng_run *r, const int32_t *ids) {
 
 int main(void) {
   tmp_make();
-  const char *fixtures[] = {"llama_tied", "qwen2", "qwen3", "qwen3_tied_head", "qwen3_5", "qwen3_5_vlm"};
+  const char *fixtures[] = {"llama_tied", "llama31", "qwen2", "qwen3", "qwen3_tied_head", "qwen3_5", "qwen3_5_vlm"};
   for (int f = 0; f < (int)(sizeof fixtures / sizeof *fixtures); f++) {
     const int vlm = !strcmp(fixtures[f], "qwen3_5_vlm");
     eng_st_file ref;

@@ -61,6 +61,14 @@ COMMON = dict(
 MODELS = {
     "llama_tied": (LlamaConfig, LlamaForCausalLM,
                    dict(tie_word_embeddings=True, rope_theta=10000.0), 1001),
+    # Llama 3.1's RoPE (rope_type llama3, its published factors) with an
+    # original context of 32: the batch's 64 positions run past it, and head_dim
+    # 16's frequencies fall in each of its bands (kept, blended, divided).
+    "llama31": (LlamaConfig, LlamaForCausalLM,
+                dict(tie_word_embeddings=False,
+                     rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 32}), 1009),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM,
               dict(tie_word_embeddings=False, rope_theta=1000000.0), 1002),
     # head_dim 32 makes heads*head_dim (128) differ from hidden (64), which

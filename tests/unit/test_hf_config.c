@@ -242,16 +242,22 @@ static void test_refusals(void) {
   json_object_del(o, "model_type");
   refused(o, ENG_EINVAL, "model_type");
 
+  // RoPE scaling: a type model/rope.h lacks, a type without its keys, a key
+  // no type reads.
   o = base(ENG_ARCH_LLAMA);
-  put(o, "rope_scaling", json_pack("{s:s, s:f}", "rope_type", "linear", "factor", 2.0));
-  refused(o, ENG_ENOTSUP, "rope_scaling");
+  put(o, "rope_parameters", json_pack("{s:f, s:s, s:f}", "rope_theta", 1e4, "rope_type", "yarn", "factor", 4.0));
+  refused(o, ENG_ENOTSUP, "rope_parameters.rope_type");
   o = base(ENG_ARCH_LLAMA);
   put(o, "rope_parameters",
       json_pack("{s:f, s:s, s:f}", "rope_theta", 1e4, "rope_type", "llama3", "factor", 8.0));
-  refused(o, ENG_ENOTSUP, "rope_parameters.rope_type");
+  refused(o, ENG_EINVAL, "rope_parameters.low_freq_factor");
   o = base(ENG_ARCH_LLAMA);
-  put(o, "rope_parameters", json_pack("{s:f, s:f}", "rope_theta", 1e4, "factor", 8.0));
-  refused(o, ENG_ENOTSUP, "rope_parameters.factor");
+  json_object_del(o, "rope_parameters");
+  put(o, "rope_scaling", json_pack("{s:s}", "type", "linear"));
+  refused(o, ENG_EINVAL, "rope_parameters.factor");
+  o = base(ENG_ARCH_LLAMA);
+  put(o, "rope_parameters", json_pack("{s:f, s:f}", "rope_theta", 1e4, "beta_fast", 32.0));
+  refused(o, ENG_ENOTSUP, "rope_parameters.beta_fast");
   o = base(ENG_ARCH_LLAMA);
   put(o, "rope_parameters", json_pack("{s:s}", "rope_theta", "big"));
   refused(o, ENG_EINVAL, "rope_parameters.rope_theta");
@@ -463,6 +469,36 @@ static void test_vlm(void) {
   json_decref(vlm);
 }
 
+// RoPE scaling as Llama 3.1 writes it (rope_parameters), and the older
+// rope_scaling spelling ("type"), read and written back both ways.
+static void test_rope_scaling(void) {
+  json_t *o = base(ENG_ARCH_LLAMA);
+  put(o, "rope_parameters",
+      json_pack("{s:f, s:s, s:f, s:f, s:f, s:i}", "rope_theta", 500000.0, "rope_type", "llama3", "factor", 8.0,
+                "low_freq_factor", 1.0, "high_freq_factor", 4.0, "original_max_position_embeddings", 8192));
+  eng_config c = load_ok(o);
+  CHECK(c.rope.type == ENG_ROPE_LLAMA3 && c.rope.factor == 8.0f && c.rope.low_freq_factor == 1.0f &&
+            c.rope.high_freq_factor == 4.0f && c.rope.original_max_pos == 8192 && c.rope_theta == 500000.0f,
+        "Llama 3.1's rope_parameters");
+  eng_err e = {0};
+  CHECK_OK(eng_config_save(&c, cfg_path, "float32", NULL, NULL, &e), &e);
+  eng_config back;
+  CHECK_OK(eng_config_load(NULL, cfg_path, &back, &e), &e);
+  CHECK(!memcmp(&back, &c, sizeof c), "llama3 RoPE does not survive save and load");
+  json_error_t je;
+  json_t *saved = json_load_file(cfg_path, 0, &je);
+  const json_t *sc = json_object_get(saved, "rope_scaling");
+  CHECK(sc && !strcmp(json_string_value(json_object_get(sc, "rope_type")), "llama3") &&
+            json_integer_value(json_object_get(sc, "original_max_position_embeddings")) == 8192,
+        "rope_scaling is not written for transformers 4.x");
+  json_decref(saved);
+  o = base(ENG_ARCH_LLAMA);
+  json_object_del(o, "rope_parameters");
+  put(o, "rope_scaling", json_pack("{s:s, s:f}", "type", "linear", "factor", 2.0));
+  c = load_ok(o);
+  CHECK(c.rope.type == ENG_ROPE_LINEAR && c.rope.factor == 2.0f && c.rope_theta == 10000.0f, "legacy rope_scaling");
+}
+
 // Every fixture that tests/ref/gen_fixtures.py wrote with transformers loads.
 static void test_fixtures(void) {
   char root[1024];
@@ -496,6 +532,7 @@ int main(void) {
   test_validate_and_save_refusal();
   test_token_ids();
   test_vlm();
+  test_rope_scaling();
   test_fixtures();
   tmp_cleanup();
   printf("test_hf_config: ok\n");

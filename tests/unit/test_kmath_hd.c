@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "model/rope.h"
 #include "common/bf16.h"
 #include "kernels/cpu/kmath.h"
 #include "kernels/kernels.h"
@@ -146,7 +147,9 @@ static void check_rope(void) {
   float *x = malloc(sizeof(float) * T * HD), *ref = malloc(sizeof(float) * T * HD);
   for (int i = 0; i < T * HD; i++) x[i] = frand(2.0f);
   memcpy(ref, x, sizeof(float) * T * HD);
-  eng_k_rope_fwd(ref, HD, NULL, 1, T, 1, HD, 10000.0f);
+  float fr[HD / 2];
+  eng_rope_inv_freq(&(eng_config){.rope_theta = 10000.0f}, HD, fr);
+  eng_k_rope_fwd(ref, HD, NULL, 1, T, 1, HD, HD, fr);
   double worst_f = 0, worst_x = 0;
   for (int i = 0; i < HD / 2; i++) {
     float f = eng_km_rope_inv_freq(i, HD, 10000.0f);

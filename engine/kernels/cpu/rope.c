@@ -1,9 +1,9 @@
 // Rotary embedding, rotate-half convention (Llama/Qwen in transformers):
 // out[i] = x[i]·cos − x[i+h]·sin, out[i+h] = x[i+h]·cos + x[i]·sin, h = rd/2,
 // angle = pos · inv_freq[i], over the first rd of each head's hd values (rd =
-// hd but for a partial rotary factor; the rest pass through). inv_freq, the
-// angle and cos/sin are computed in fp32 the way transformers does:
-// 1 / theta^((2i)/rd), then (pos · inv_freq).
+// hd but for a partial rotary factor; the rest pass through). The angle and
+// cos/sin are computed in fp32 the way transformers does, from the caller's
+// inv_freq (model/rope.h).
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -16,11 +16,9 @@
 // when a row's position differs from the previous batch's at the same t:
 // without pos, once per t for all batches. sign = +1 applies the rotation,
 // −1 its inverse (the transpose), which is the backward.
-static void rotate(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd, float theta,
-                   float sign) {
+static void rotate(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
+                   const float *inv_freq, float sign) {
   int h = rd / 2;
-  float inv_freq[ENG_K_MAX_HD / 2];
-  for (int i = 0; i < h; i++) inv_freq[i] = eng_km_rope_inv_freq(i, rd, theta);
 #pragma omp parallel for schedule(static) if ((size_t)B * T * heads * hd >= ENG_K_PAR_MIN)
   for (int t = 0; t < T; t++) {
     float c[ENG_K_MAX_HD / 2], s[ENG_K_MAX_HD / 2];
@@ -47,19 +45,12 @@ static void rotate(float *x, int ld, const int32_t *pos, int B, int T, int heads
   }
 }
 
-void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta) {
-  rotate(x, ld, pos, B, T, heads, hd, hd, theta, 1.0f);
+void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
+                    const float *inv_freq) {
+  rotate(x, ld, pos, B, T, heads, hd, rd, inv_freq, 1.0f);
 }
 
-void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, float theta) {
-  rotate(dx, ld, pos, B, T, heads, hd, hd, theta, -1.0f);
-}
-
-void eng_k_rope_part_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd, float theta) {
-  rotate(x, ld, pos, B, T, heads, hd, rd, theta, 1.0f);
-}
-
-void eng_k_rope_part_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
-                         float theta) {
-  rotate(dx, ld, pos, B, T, heads, hd, rd, theta, -1.0f);
+void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
+                    const float *inv_freq) {
+  rotate(dx, ld, pos, B, T, heads, hd, rd, inv_freq, -1.0f);
 }
