@@ -2,7 +2,8 @@
 // loads and validates; an override file changes only the fields it names;
 // save and load give the same profile back; a missing or unknown field is
 // refused by name. The committed configs are what the benchmark needs
-// (Qwen2.5-3B/7B/14B as published; Qwen3.6-27B, whose numbers are checked
+// (Qwen2.5-3B/7B/14B and Llama 3.1 8B / 3.2 1B as published, the Llamas'
+// parameters equal to transformers' count; Qwen3.6-27B, whose numbers are checked
 // against its model card, and whose boundary at 72 x 1024 in bf16 is the
 // 0.703 GiB of LazyTrain's schedule). Calibration of this machine at a tiny
 // model's shapes gives positive rates within its time budget (in the CPU
@@ -35,7 +36,7 @@ static void write_file(const char *path, const char *text) {
 static void profiles(void) {
   const char *names[] = {"h100-sxm.json", "h200-sxm.json", "h800-sxm.json", "rtx3090.json"};
   eng_err e = {0};
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < (int)(sizeof want / sizeof want[0]); i++) {
     char rel[64];
     snprintf(rel, sizeof rel, "profiles/%s", names[i]);
     eng_profile p;
@@ -81,11 +82,14 @@ static void configs(void) {
       {"models/qwen2.5-14b.json", 48, 5120, 40, 8, 13824, 152064, 14.77e9},
       // Its text model: 26,895,998,464 parameters as transformers counts them.
       {"models/qwen3.6-27b.json", 64, 5120, 24, 4, 17408, 248320, 26.895998464e9},
+      // Llama 3.1 8B and 3.2 1B as published (llama3 RoPE), at transformers' counts.
+      {"models/llama-3.1-8b.json", 32, 4096, 32, 8, 14336, 128256, 8030261248.0},
+      {"models/llama-3.2-1b.json", 16, 2048, 32, 8, 8192, 128256, 1235814400.0},
   };
   eng_err e = {0};
   eng_profile p;
   CHECK_OK(eng_profile_load(src("profiles/h800-sxm.json"), &p, &e), &e);
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < (int)(sizeof want / sizeof want[0]); i++) {
     eng_config c;
     CHECK_OK(eng_config_load(NULL, src(want[i].file), &c, &e), &e);
     CHECK(c.n_layers == want[i].L && c.d_model == want[i].d && c.n_heads == want[i].heads &&
@@ -95,7 +99,13 @@ static void configs(void) {
     CHECK_OK(eng_plan_cost_make(&c, 72, 1024, 1, &p, &k, &e), &e);
     CHECK(fabs(k.params / want[i].params - 1) < 0.005, "%s: %.4g parameters", want[i].file, k.params);
     if (i < 3) continue;
-    CHECK(k.params == want[i].params, "Qwen3.6-27B: %.0f parameters", k.params);
+    CHECK(k.params == want[i].params, "%s: %.0f parameters, transformers counts %.0f", want[i].file, k.params,
+          want[i].params);
+    if (i > 3) {
+      CHECK(c.rope.type == ENG_ROPE_LLAMA3 && c.rope.original_max_pos == 8192 && c.rope_theta == 500000.0f,
+            "%s: its llama3 RoPE", want[i].file);
+      continue;
+    }
     CHECK(fabs(k.bnd / 1073741824.0 - 0.703) < 0.0005, "27B boundary %.4f GiB", k.bnd / 1073741824.0);
     // The model card: 16 x (3 x (Gated DeltaNet -> FFN) -> 1 x (Gated Attention -> FFN)); DeltaNet
     // heads 16 for q/k, 48 for v, of 128; attention 24 q / 4 kv heads of 256, RoPE on 64 of them;
