@@ -309,7 +309,7 @@ static int val_model_config(const T(ModelConfig) *c, const char *p, val_err *e) 
   if (c->multimodal)
     return bad(e, "%s.multimodal: a model made from a config has no vision tower to carry; give model.hf_dir", p);
   if (c->rope_type && *c->rope_type && eng_rope_find(c->rope_type) < 0)
-    return bad(e, "%s.rope_type: \"%s\" is not one of default, linear, llama3", p, c->rope_type);
+    return bad(e, "%s.rope_type: \"%s\" is not one of default, linear, llama3, yarn", p, c->rope_type);
   return 0;
 }
 

@@ -11,16 +11,10 @@
 
 // q_proj's width: each head's query, and its gate where the model has one.
 static size_t q_width(const eng_config *c) { return (size_t)c->n_heads * c->head_dim * (1 + (c->attn_gate != 0)); }
-static int rope_dim(const eng_config *c) { return c->rope_dim ? c->rope_dim : c->head_dim; }
-
-// The model's RoPE frequencies (a few dozen floats: computed per call).
-typedef struct freqs {
-  float f[ENG_K_MAX_HD / 2];
-} freqs;
-
-static freqs rope_freqs(const eng_config *c) {
-  freqs r;
-  eng_rope_inv_freq(c, rope_dim(c), r.f);
+// The model's RoPE table (a few dozen floats: made per call).
+static eng_k_rope rope_of(const eng_config *c) {
+  eng_k_rope r;
+  eng_rope_table(c, &r);
   return r;
 }
 
@@ -210,9 +204,9 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
     eng_k_headnorm_hs_fwd(a->q, a->ldq, a->rstdq, a->qkv, qkvd, qw / H, nw.q, n, H, hd, c->rms_eps);
     eng_k_headnorm_fwd(a->k, a->ldk, a->rstdk, a->qkv + qw, qkvd, nw.k, n, KV, hd, c->rms_eps);
   }
-  const freqs fr = rope_freqs(c);
-  eng_k_rope_fwd(a->q, a->ldq, pos, B, T, H, hd, rope_dim(c), fr.f);
-  eng_k_rope_fwd(a->k, a->ldk, pos, B, T, KV, hd, rope_dim(c), fr.f);
+  const eng_k_rope r = rope_of(c);
+  eng_k_rope_fwd(a->q, a->ldq, pos, B, T, H, hd, &r);
+  eng_k_rope_fwd(a->k, a->ldk, pos, B, T, KV, hd, &r);
   eng_k_attention_fwd(a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv, pos, B, T, H, KV, hd);
   // Qwen3.5: the output times sigmoid of the gate after each head's query.
   const float *oin = a->att;
@@ -266,9 +260,9 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
   if (c->attn_gate) eng_k_sgate_bwd(s->datt, s->dqkv + hd, s->datt, a->att, a->qkv + hd, qkvd, 2 * hd, n, H, hd);
   eng_k_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv,
                       pos, B, T, H, KV, hd);
-  const freqs fr = rope_freqs(c);
-  eng_k_rope_bwd(s->dq, a->ldq, pos, B, T, H, hd, rope_dim(c), fr.f);
-  eng_k_rope_bwd(s->dk, a->ldk, pos, B, T, KV, hd, rope_dim(c), fr.f);
+  const eng_k_rope r = rope_of(c);
+  eng_k_rope_bwd(s->dq, a->ldq, pos, B, T, H, hd, &r);
+  eng_k_rope_bwd(s->dk, a->ldk, pos, B, T, KV, hd, &r);
   if (c->qk_norm) { // back through the per-head norms, into the fused gradient
     eng_k_headnorm_hs_bwd(s->dqkv, DW(ENG_P_QNORM), s->dq, qd, a->qkv, qkvd, qw / H, nw.q, a->rstdq, n, H, hd);
     eng_k_headnorm_bwd(s->dqkv + qw, DW(ENG_P_KNORM), s->dk, kvd, a->qkv + qw, qkvd, nw.k, a->rstdk, n, KV, hd);

@@ -77,21 +77,27 @@ void eng_k_headnorm_hs_bwd(float *dx, float *dw, const float *dy, int ldy, const
 // documents of a row are implied by pos alone. NULL computes exactly what
 // pos = 0..T-1 does.
 //
-// Rotary embedding in place on x[B*T, heads, hd] whose rows (tokens) are ld
-// floats apart (ld >= heads*hd), row t of batch b at position pos[b][t],
-// the rotate-half convention of Llama/Qwen on the first rd (even, <= hd) of
-// each head's values, the rest left alone (a partial rotary factor, Qwen3.5's
-// 0.25): pairs (i, i + rd/2) turn by pos·inv_freq[i], inv_freq[rd/2] the
-// model's frequencies (model/rope.h: a scaled RoPE's differ from plain
-// RoPE's). bwd applies the inverse rotation to dx.
-void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
-                    const float *inv_freq);
-void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
-                    const float *inv_freq);
-
 // Largest head dim of the attention and rope kernels (their tile buffers live
 // on the stack); a model config with a larger head_dim must be refused.
 #define ENG_K_MAX_HD 256
+
+// A head's RoPE: the first rd (even, <= hd) of its values rotate, pair i by
+// pos·inv_freq[i], and cos and sin are scaled by scale (YaRN's attention
+// factor; 1 otherwise). model/rope.h fills it from a config.
+typedef struct eng_k_rope {
+  int rd;
+  float scale;
+  float inv_freq[ENG_K_MAX_HD / 2];
+} eng_k_rope;
+
+// Rotary embedding in place on x[B*T, heads, hd] whose rows (tokens) are ld
+// floats apart (ld >= heads*hd), row t of batch b at position pos[b][t],
+// the rotate-half convention of Llama/Qwen on r's first rd values of each
+// head, the rest left alone (a partial rotary factor, Qwen3.5's 0.25): pairs
+// (i, i + rd/2). bwd applies the transposed map to dx.
+void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, const eng_k_rope *r);
+void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, const eng_k_rope *r);
+
 
 // Causal grouped-query attention, tiled with an online softmax so memory is
 // O(T·hd) per head and never O(T²). q [B,T,H,hd], k/v [B,T,KV,hd] whose rows

@@ -10,7 +10,7 @@
 #include "model/arch.h"
 
 // RoPE's frequencies (rope_parameters' rope_type; model/rope.h computes them).
-typedef enum { ENG_ROPE_DEFAULT = 0, ENG_ROPE_LINEAR, ENG_ROPE_LLAMA3, ENG_ROPE_TYPES } eng_rope_type;
+typedef enum { ENG_ROPE_DEFAULT = 0, ENG_ROPE_LINEAR, ENG_ROPE_LLAMA3, ENG_ROPE_YARN, ENG_ROPE_TYPES } eng_rope_type;
 
 typedef struct eng_config {
   eng_arch arch;
@@ -25,9 +25,13 @@ typedef struct eng_config {
   float rope_theta;   // rope_theta (rope_parameters.rope_theta in newer configs)
   struct {            // rope_parameters' (or the older rope_scaling's) scaling
     int type;         // eng_rope_type
-    float factor;     // linear, llama3: the frequencies' divisor
+    float factor;     // linear, llama3, yarn: the frequencies' divisor
     float low_freq_factor, high_freq_factor; // llama3
-    int original_max_pos;                    // llama3: original_max_position_embeddings
+    int original_max_pos;                    // llama3, yarn: original_max_position_embeddings
+    // yarn; 0 where the file leaves a key out (transformers' defaults then:
+    // attention_factor from factor and the mscales, beta_fast 32, beta_slow 1)
+    float attention_factor, beta_fast, beta_slow, mscale, mscale_all_dim;
+    int no_truncate;                         // yarn: "truncate": false
   } rope;
   float rms_eps;      // rms_norm_eps
   float init_std;     // initializer_range, for random init

@@ -139,10 +139,18 @@ static int parse_rope_obj(const json_t *rp, const char *path, const char *obj, c
                   : !strcmp(key, "factor")           ? &c->rope.factor
                   : !strcmp(key, "low_freq_factor")  ? &c->rope.low_freq_factor
                   : !strcmp(key, "high_freq_factor") ? &c->rope.high_freq_factor
+                  : !strcmp(key, "attention_factor") ? &c->rope.attention_factor
+                  : !strcmp(key, "beta_fast")        ? &c->rope.beta_fast
+                  : !strcmp(key, "beta_slow")        ? &c->rope.beta_slow
+                  : !strcmp(key, "mscale")           ? &c->rope.mscale
+                  : !strcmp(key, "mscale_all_dim")   ? &c->rope.mscale_all_dim
                                                      : NULL;
     if (real) {
       if (!json_is_null(v) && !json_is_number(v)) return wrong_type(path, name, "a number", v, e);
       if (json_is_number(v)) *real = (float)json_number_value(v);
+    } else if (!strcmp(key, "truncate")) {
+      if (!json_is_null(v) && !json_is_boolean(v)) return wrong_type(path, name, "true or false", v, e);
+      c->rope.no_truncate = json_is_false(v);
     } else if (!strcmp(key, "original_max_position_embeddings")) {
       if (!json_is_null(v) && !json_is_integer(v)) return wrong_type(path, name, "an integer", v, e);
       if (json_is_integer(v)) c->rope.original_max_pos = (int)json_integer_value(v);
@@ -150,8 +158,9 @@ static int parse_rope_obj(const json_t *rp, const char *path, const char *obj, c
       if (!json_is_string(v)) return wrong_type(path, name, "a string", v, e);
       int t = eng_rope_find(json_string_value(v));
       if (t < 0)
-        return eng_err_set(e, ENG_ENOTSUP, "%s: field \"%s\" is \"%s\": that RoPE is not supported (%s, %s and %s are)",
-                           path, name, json_string_value(v), eng_rope_name(0), eng_rope_name(1), eng_rope_name(2));
+        return eng_err_set(e, ENG_ENOTSUP, "%s: field \"%s\" is \"%s\": that RoPE is not supported (%s, %s, %s and %s "
+                           "are)", path, name, json_string_value(v), eng_rope_name(0), eng_rope_name(1),
+                           eng_rope_name(2), eng_rope_name(3));
       c->rope.type = t;
     } else if (!strcmp(key, "partial_rotary_factor") && json_is_number(v) &&
                (json_number_value(v) == 1.0 || row->hybrid)) {
@@ -161,7 +170,7 @@ static int parse_rope_obj(const json_t *rp, const char *path, const char *obj, c
       // which makes it the plain rotation.
     } else {
       return eng_err_set(e, ENG_ENOTSUP, "%s: field \"%s\" is not supported (RoPE here reads rope_theta, rope_type "
-                         "and the keys of the linear and llama3 types)", path, name);
+                         "and the keys of the linear, llama3 and yarn types)", path, name);
     }
   }
   return ENG_OK;
@@ -177,7 +186,8 @@ static int check_rope(const char *path, const eng_config *c, eng_err *e) {
       {"factor", c->rope.type != ENG_ROPE_DEFAULT && !(c->rope.factor > 0)},
       {"low_freq_factor", c->rope.type == ENG_ROPE_LLAMA3 && !(c->rope.low_freq_factor > 0)},
       {"high_freq_factor", c->rope.type == ENG_ROPE_LLAMA3 && !(c->rope.high_freq_factor > c->rope.low_freq_factor)},
-      {"original_max_position_embeddings", c->rope.type == ENG_ROPE_LLAMA3 && c->rope.original_max_pos <= 0},
+      {"original_max_position_embeddings",
+       (c->rope.type == ENG_ROPE_LLAMA3 || c->rope.type == ENG_ROPE_YARN) && c->rope.original_max_pos <= 0},
   };
   for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
     if (need[i].missing)
@@ -585,10 +595,22 @@ static int save_rope_type(json_t *o, json_t *rope, const eng_config *c) {
     bad |= set(dst[i], "rope_type", json_string(eng_rope_name(c->rope.type)));
     if (c->rope.type == ENG_ROPE_DEFAULT) continue;
     bad |= set(dst[i], "factor", json_float(c->rope.factor));
-    if (c->rope.type != ENG_ROPE_LLAMA3) continue;
-    bad |= set(dst[i], "low_freq_factor", json_float(c->rope.low_freq_factor));
-    bad |= set(dst[i], "high_freq_factor", json_float(c->rope.high_freq_factor));
+    if (c->rope.type == ENG_ROPE_LINEAR) continue;
     bad |= set(dst[i], "original_max_position_embeddings", json_integer(c->rope.original_max_pos));
+    if (c->rope.type == ENG_ROPE_LLAMA3) {
+      bad |= set(dst[i], "low_freq_factor", json_float(c->rope.low_freq_factor));
+      bad |= set(dst[i], "high_freq_factor", json_float(c->rope.high_freq_factor));
+      continue;
+    }
+    const struct {
+      const char *key;
+      float v;
+    } yarn[] = {{"attention_factor", c->rope.attention_factor}, {"beta_fast", c->rope.beta_fast},
+                {"beta_slow", c->rope.beta_slow},               {"mscale", c->rope.mscale},
+                {"mscale_all_dim", c->rope.mscale_all_dim}};
+    for (size_t k = 0; k < sizeof yarn / sizeof yarn[0]; k++)
+      if (yarn[k].v) bad |= set(dst[i], yarn[k].key, json_float(yarn[k].v));
+    if (c->rope.no_truncate) bad |= set(dst[i], "truncate", json_false());
   }
   if (sc) bad |= set(o, "rope_scaling", sc);
   return bad;

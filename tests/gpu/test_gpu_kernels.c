@@ -135,19 +135,19 @@ static void check_rope(int B, int T, int heads, int hd, float theta, int packed)
   void *dx = dev_from(xh, n * 2);
   int32_t *pos = packed_pos(B, T, packed);
   int32_t *dpos = pos ? dev_from(pos, (size_t)B * T * sizeof *pos) : NULL;
-  float fr[ENG_K_MAX_HD / 2];
-  eng_rope_inv_freq(&(eng_config){.rope_theta = theta}, hd, fr);
-  K_OK(eng_cuda_rope_fwd(dx, dpos, B, T, heads, hd, hd, fr, st, &err));
+  eng_k_rope fr;
+  eng_rope_table(&(eng_config){.rope_theta = theta, .head_dim = hd}, &fr);
+  K_OK(eng_cuda_rope_fwd(dx, dpos, B, T, heads, hd, &fr, st, &err));
   float *ref = malloc(n * 4);
   memcpy(ref, x, n * 4);
-  eng_k_rope_fwd(ref, heads * hd, pos, B, T, heads, hd, hd, fr);
+  eng_k_rope_fwd(ref, heads * hd, pos, B, T, heads, hd, &fr);
   float *g = dev_bf16_to_host(dx, n);
   // sinf/cosf may differ by an ulp, which can move a rounding by one bf16 step.
   rel_err_f("fwd (1 eps)", g, ref, n, BF16_EPS);
   to_dev(dx, xh, n * 2);
-  K_OK(eng_cuda_rope_bwd(dx, dpos, B, T, heads, hd, hd, fr, st, &err));
+  K_OK(eng_cuda_rope_bwd(dx, dpos, B, T, heads, hd, &fr, st, &err));
   memcpy(ref, x, n * 4);
-  eng_k_rope_bwd(ref, heads * hd, pos, B, T, heads, hd, hd, fr);
+  eng_k_rope_bwd(ref, heads * hd, pos, B, T, heads, hd, &fr);
   free(g);
   g = dev_bf16_to_host(dx, n);
   rel_err_f("bwd (1 eps)", g, ref, n, BF16_EPS);

@@ -119,10 +119,10 @@ static void blocks(const eng_st_file *f, shape s, const int32_t *pos) {
   // Partial RoPE (6 of 24 values per head) in place, on the packed positions.
   const int hd = 24, lr = s.Hk * hd;
   y = fx_f32(f, "rope.x", NULL), dx = fx_f32(f, "rope.dy", NULL);
-  float fr[ENG_K_MAX_HD / 2];
-  eng_rope_inv_freq(&(eng_config){.rope_theta = 10000.0f}, hd / 4, fr);
-  eng_k_rope_fwd(y, lr, pos, s.B, s.T, s.Hk, hd, hd / 4, fr);
-  eng_k_rope_bwd(dx, lr, pos, s.B, s.T, s.Hk, hd, hd / 4, fr);
+  eng_k_rope fr;
+  eng_rope_table(&(eng_config){.rope_theta = 10000.0f, .head_dim = hd / 4}, &fr);
+  eng_k_rope_fwd(y, lr, pos, s.B, s.T, s.Hk, hd, &fr);
+  eng_k_rope_bwd(dx, lr, pos, s.B, s.T, s.Hk, hd, &fr);
   near(f, "rope.y", y, (size_t)n * lr, 1e-6);
   near(f, "rope.dx", dx, (size_t)n * lr, 1e-6);
   free(y), free(dx);

@@ -71,6 +71,13 @@ MODELS = {
                                       "original_max_position_embeddings": 32}), 1009),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM,
               dict(tie_word_embeddings=False, rope_theta=1000000.0), 1002),
+    # YaRN as Qwen2.5's long-context configs set it, an original context of
+    # 32 under the batch's 64 positions; its attention factor (0.1·ln 4 + 1)
+    # scales cos and sin.
+    "qwen2_yarn": (Qwen2Config, Qwen2ForCausalLM,
+                   dict(tie_word_embeddings=False,
+                        rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                                         "original_max_position_embeddings": 32}), 1010),
     # head_dim 32 makes heads*head_dim (128) differ from hidden (64), which
     # catches code that assumes the two are equal.
     "qwen3": (Qwen3Config, Qwen3ForCausalLM,

@@ -37,6 +37,17 @@ CASES = {
                               high_freq_factor=4.0, original_max_position_embeddings=32)),
     "llama3_odd": (40, dict(rope_type="llama3", rope_theta=10000.0, factor=3.0, low_freq_factor=1.5,
                             high_freq_factor=6.0, original_max_position_embeddings=100)),
+    # YaRN as Qwen2.5's long-context configs set it, and its other knobs:
+    # mscale with mscale_all_dim (DeepSeek's), a given attention_factor, the
+    # betas, no truncation.
+    "yarn_qwen2.5": (128, dict(rope_type="yarn", rope_theta=1000000.0, factor=4.0,
+                               original_max_position_embeddings=32768)),
+    "yarn_small": (16, dict(rope_type="yarn", rope_theta=10000.0, factor=8.0, original_max_position_embeddings=32)),
+    "yarn_mscale": (64, dict(rope_type="yarn", rope_theta=10000.0, factor=40.0, original_max_position_embeddings=4096,
+                             mscale=1.0, mscale_all_dim=0.707, beta_fast=32.0, beta_slow=1.0)),
+    "yarn_attention_factor": (24, dict(rope_type="yarn", rope_theta=500000.0, factor=2.0,
+                                       original_max_position_embeddings=64, attention_factor=1.25,
+                                       beta_fast=16.0, beta_slow=2.0, truncate=False)),
 }
 
 

@@ -245,7 +245,7 @@ static void test_refusals(void) {
   // RoPE scaling: a type model/rope.h lacks, a type without its keys, a key
   // no type reads.
   o = base(ENG_ARCH_LLAMA);
-  put(o, "rope_parameters", json_pack("{s:f, s:s, s:f}", "rope_theta", 1e4, "rope_type", "yarn", "factor", 4.0));
+  put(o, "rope_parameters", json_pack("{s:f, s:s, s:f}", "rope_theta", 1e4, "rope_type", "dynamic", "factor", 4.0));
   refused(o, ENG_ENOTSUP, "rope_parameters.rope_type");
   o = base(ENG_ARCH_LLAMA);
   put(o, "rope_parameters",
@@ -256,8 +256,8 @@ static void test_refusals(void) {
   put(o, "rope_scaling", json_pack("{s:s}", "type", "linear"));
   refused(o, ENG_EINVAL, "rope_parameters.factor");
   o = base(ENG_ARCH_LLAMA);
-  put(o, "rope_parameters", json_pack("{s:f, s:f}", "rope_theta", 1e4, "beta_fast", 32.0));
-  refused(o, ENG_ENOTSUP, "rope_parameters.beta_fast");
+  put(o, "rope_parameters", json_pack("{s:f, s:f}", "rope_theta", 1e4, "short_factor", 1.0));
+  refused(o, ENG_ENOTSUP, "rope_parameters.short_factor");
   o = base(ENG_ARCH_LLAMA);
   put(o, "rope_parameters", json_pack("{s:s}", "rope_theta", "big"));
   refused(o, ENG_EINVAL, "rope_parameters.rope_theta");
@@ -497,6 +497,19 @@ static void test_rope_scaling(void) {
   put(o, "rope_scaling", json_pack("{s:s, s:f}", "type", "linear", "factor", 2.0));
   c = load_ok(o);
   CHECK(c.rope.type == ENG_ROPE_LINEAR && c.rope.factor == 2.0f && c.rope_theta == 10000.0f, "legacy rope_scaling");
+  // YaRN as Qwen2.5 writes it, with its optional keys, survives save and load.
+  o = base(ENG_ARCH_QWEN2);
+  put(o, "rope_scaling", json_pack("{s:s, s:f, s:i, s:f, s:f, s:b}", "type", "yarn", "factor", 4.0,
+                                   "original_max_position_embeddings", 32768, "mscale", 1.0, "beta_fast", 16.0,
+                                   "truncate", 0));
+  json_object_del(o, "rope_parameters");
+  c = load_ok(o);
+  CHECK(c.rope.type == ENG_ROPE_YARN && c.rope.factor == 4.0f && c.rope.original_max_pos == 32768 &&
+            c.rope.mscale == 1.0f && c.rope.beta_fast == 16.0f && c.rope.no_truncate && !c.rope.beta_slow,
+        "Qwen2.5's yarn rope_scaling");
+  CHECK_OK(eng_config_save(&c, cfg_path, "float32", NULL, NULL, &e), &e);
+  CHECK_OK(eng_config_load(NULL, cfg_path, &back, &e), &e);
+  CHECK(!memcmp(&back, &c, sizeof c), "yarn RoPE does not survive save and load");
 }
 
 // Every fixture that tests/ref/gen_fixtures.py wrote with transformers loads.

@@ -298,10 +298,10 @@ static void test_rope(int B, int T, int heads, int hd, float theta, int packed) 
   int32_t *pos = packed ? packed_pos(B, T) : NULL;
   float *x = frandn(n, 1.0f), *y = fcopy(x, n), *dy = frandn(n, 1.0f), *dx = fcopy(dy, n);
   double *ry = dalloc(n), *rdx = dalloc(n);
-  float fr[ENG_K_MAX_HD / 2];
-  eng_rope_inv_freq(&(eng_config){.rope_theta = theta}, hd, fr);
-  eng_k_rope_fwd(y, heads * hd, pos, B, T, heads, hd, hd, fr);
-  eng_k_rope_bwd(dx, heads * hd, pos, B, T, heads, hd, hd, fr);
+  eng_k_rope fr;
+  eng_rope_table(&(eng_config){.rope_theta = theta, .head_dim = hd}, &fr);
+  eng_k_rope_fwd(y, heads * hd, pos, B, T, heads, hd, &fr);
+  eng_k_rope_bwd(dx, heads * hd, pos, B, T, heads, hd, &fr);
   rope_ref(ry, x, pos, B, T, heads, hd, theta, 0);
   rope_ref(rdx, dy, pos, B, T, heads, hd, theta, 1);
   expect_close("rope fwd", y, ry, n, TOL_FWD);
@@ -317,7 +317,7 @@ static void test_rope(int B, int T, int heads, int hd, float theta, int packed) 
   float *z = falloc(rows * ld);
   for (size_t i = 0; i < rows * ld; i++) z[i] = (float)i;
   for (size_t i = 0; i < rows; i++) memcpy(z + i * ld, x + i * w, sizeof(float) * w);
-  eng_k_rope_fwd(z, ld, pos, B, T, heads, hd, hd, fr);
+  eng_k_rope_fwd(z, ld, pos, B, T, heads, hd, &fr);
   for (size_t i = 0; i < rows; i++) {
     CHECK(!memcmp(z + i * ld, y + i * w, sizeof(float) * w), "rope with ld %d: row %zu differs", ld, i);
     for (int j = w; j < ld; j++) CHECK(z[i * ld + j] == (float)(i * ld + j), "rope with ld %d wrote past row %zu", ld, i);
@@ -326,7 +326,7 @@ static void test_rope(int B, int T, int heads, int hd, float theta, int packed) 
   if (!packed) {
     int32_t *iota = iota_pos(B, T);
     float *zi = fcopy(x, n);
-    eng_k_rope_fwd(zi, heads * hd, iota, B, T, heads, hd, hd, fr);
+    eng_k_rope_fwd(zi, heads * hd, iota, B, T, heads, hd, &fr);
     expect_same("rope with pos 0..T-1 vs NULL", zi, y, n);
     free(iota), free(zi);
   }
@@ -894,16 +894,16 @@ static void run_all(inv_io *io, const float *src, int nthreads) {
   float *q = take(io, nq), *k = take(io, nk);
   memcpy(q, IN(nq), sizeof(float) * nq), memcpy(k, IN(nk), sizeof(float) * nk);
   const float *v = IN(nk), *dout = IN(nq);
-  float fr[ENG_K_MAX_HD / 2];
-  eng_rope_inv_freq(&(eng_config){.rope_theta = 10000.0f}, c.hd, fr);
-  eng_k_rope_fwd(q, c.H * c.hd, NULL, c.B, c.T, c.H, c.hd, c.hd, fr);
-  eng_k_rope_fwd(k, c.KV * c.hd, NULL, c.B, c.T, c.KV, c.hd, c.hd, fr);
+  eng_k_rope fr;
+  eng_rope_table(&(eng_config){.rope_theta = 10000.0f, .head_dim = c.hd}, &fr);
+  eng_k_rope_fwd(q, c.H * c.hd, NULL, c.B, c.T, c.H, c.hd, &fr);
+  eng_k_rope_fwd(k, c.KV * c.hd, NULL, c.B, c.T, c.KV, c.hd, &fr);
   float *out = take(io, nq), *lse = take(io, (size_t)c.B * c.H * c.T);
   float *dq = take(io, nq), *dk = take(io, nk), *dv = take(io, nk);
   eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, NULL, c.B, c.T, c.H, c.KV, c.hd);
   eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, NULL, c.B, c.T, c.H,
                       c.KV, c.hd);
-  eng_k_rope_bwd(dq, c.H * c.hd, NULL, c.B, c.T, c.H, c.hd, c.hd, fr);
+  eng_k_rope_bwd(dq, c.H * c.hd, NULL, c.B, c.T, c.H, c.hd, &fr);
   // The same packed: each row documents of 41, 41, 15 and 33 tokens.
   int32_t pos[2 * 130];
   for (int i = 0; i < c.B * c.T; i++) pos[i] = (i % c.T % 97) % 41;
@@ -912,7 +912,7 @@ static void run_all(inv_io *io, const float *src, int nthreads) {
   eng_k_attention_fwd(pout, plse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T, c.H, c.KV, c.hd);
   eng_k_attention_bwd(pdq, pdk, pdv, dout, pout, plse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T,
                       c.H, c.KV, c.hd);
-  eng_k_rope_bwd(pdq, c.H * c.hd, pos, c.B, c.T, c.H, c.hd, c.hd, fr);
+  eng_k_rope_bwd(pdq, c.H * c.hd, pos, c.B, c.T, c.H, c.hd, &fr);
 
   // y read as n/2 rows of [gate | up], ff each.
   size_t ne = (size_t)n / 2 * ff;

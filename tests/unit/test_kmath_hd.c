@@ -147,9 +147,9 @@ static void check_rope(void) {
   float *x = malloc(sizeof(float) * T * HD), *ref = malloc(sizeof(float) * T * HD);
   for (int i = 0; i < T * HD; i++) x[i] = frand(2.0f);
   memcpy(ref, x, sizeof(float) * T * HD);
-  float fr[HD / 2];
-  eng_rope_inv_freq(&(eng_config){.rope_theta = 10000.0f}, HD, fr);
-  eng_k_rope_fwd(ref, HD, NULL, 1, T, 1, HD, HD, fr);
+  eng_k_rope fr;
+  eng_rope_table(&(eng_config){.rope_theta = 10000.0f, .head_dim = HD}, &fr);
+  eng_k_rope_fwd(ref, HD, NULL, 1, T, 1, HD, &fr);
   double worst_f = 0, worst_x = 0;
   for (int i = 0; i < HD / 2; i++) {
     float f = eng_km_rope_inv_freq(i, HD, 10000.0f);

@@ -3,7 +3,8 @@
 // angle = pos · inv_freq[i], over the first rd of each head's hd values (rd =
 // hd but for a partial rotary factor; the rest pass through). The angle and
 // cos/sin are computed in fp32 the way transformers does, from the caller's
-// inv_freq (model/rope.h).
+// table (model/rope.h), cos and sin then times its scale as transformers
+// scales them.
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -16,9 +17,10 @@
 // when a row's position differs from the previous batch's at the same t:
 // without pos, once per t for all batches. sign = +1 applies the rotation,
 // −1 its inverse (the transpose), which is the backward.
-static void rotate(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
-                   const float *inv_freq, float sign) {
-  int h = rd / 2;
+static void rotate(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, const eng_k_rope *r,
+                   float sign) {
+  const int h = r->rd / 2;
+  const float *inv_freq = r->inv_freq;
 #pragma omp parallel for schedule(static) if ((size_t)B * T * heads * hd >= ENG_K_PAR_MIN)
   for (int t = 0; t < T; t++) {
     float c[ENG_K_MAX_HD / 2], s[ENG_K_MAX_HD / 2];
@@ -28,8 +30,8 @@ static void rotate(float *x, int ld, const int32_t *pos, int B, int T, int heads
       if (p != at) {
         for (int i = 0; i < h; i++) {
           float a = eng_km_rope_angle(p, inv_freq[i]);
-          c[i] = cosf(a);
-          s[i] = sign * sinf(a);
+          c[i] = cosf(a) * r->scale;
+          s[i] = sign * (sinf(a) * r->scale);
         }
         at = p;
       }
@@ -45,12 +47,10 @@ static void rotate(float *x, int ld, const int32_t *pos, int B, int T, int heads
   }
 }
 
-void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
-                    const float *inv_freq) {
-  rotate(x, ld, pos, B, T, heads, hd, rd, inv_freq, 1.0f);
+void eng_k_rope_fwd(float *x, int ld, const int32_t *pos, int B, int T, int heads, int hd, const eng_k_rope *r) {
+  rotate(x, ld, pos, B, T, heads, hd, r, 1.0f);
 }
 
-void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, int rd,
-                    const float *inv_freq) {
-  rotate(dx, ld, pos, B, T, heads, hd, rd, inv_freq, -1.0f);
+void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int heads, int hd, const eng_k_rope *r) {
+  rotate(dx, ld, pos, B, T, heads, hd, r, -1.0f);
 }

@@ -103,14 +103,14 @@ int eng_cuda_rmsnorm_fwd(eng_bf16 *y, float *rstd, const eng_bf16 *x, const eng_
 int eng_cuda_rmsnorm_bwd(eng_cuda_ctx *cx, eng_bf16 *dx, float *dw, const eng_bf16 *dy, const eng_bf16 *x,
                          const eng_bf16 *w, const float *rstd, int n, int d, int accumulate_dx, eng_err *e);
 
-// Rotary embedding in place on x[B*T, heads, hd] (kernels.h's convention:
-// the first rd of each head's values, by inv_freq[rd/2], a host array),
-// at the position ids pos ([B][T] on the device, kernels.h's contract; NULL:
-// 0..T-1 in every row).
-int eng_cuda_rope_fwd(eng_bf16 *x, const int32_t *pos, int B, int T, int heads, int hd, int rd, const float *inv_freq,
+// Rotary embedding in place on x[B*T, heads, hd] (kernels.h's convention
+// and its eng_k_rope table, a host struct), at the position ids pos ([B][T]
+// on the device, kernels.h's contract; NULL: 0..T-1 in every row).
+struct eng_k_rope;
+int eng_cuda_rope_fwd(eng_bf16 *x, const int32_t *pos, int B, int T, int heads, int hd, const struct eng_k_rope *r,
                       eng_cuda_stream s, eng_err *e);
-int eng_cuda_rope_bwd(eng_bf16 *dx, const int32_t *pos, int B, int T, int heads, int hd, int rd,
-                      const float *inv_freq, eng_cuda_stream s, eng_err *e);
+int eng_cuda_rope_bwd(eng_bf16 *dx, const int32_t *pos, int B, int T, int heads, int hd, const struct eng_k_rope *r,
+                      eng_cuda_stream s, eng_err *e);
 
 // Largest head dim of the cuda attention kernels; head_dim must also be a
 // multiple of 16 (the tensor-core tile). eng_cuda_check_config refuses others.

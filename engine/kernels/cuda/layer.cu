@@ -41,10 +41,10 @@ int eng_cuda_layer_fwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *
     TRY(eng_cuda_rmsnorm_fwd(a->q, a->rstdq, a->qpre, W(ENG_P_QNORM), n * H, hd, c->rms_eps, s, e));
     TRY(eng_cuda_rmsnorm_fwd(a->k, a->rstdk, a->kpre, W(ENG_P_KNORM), n * KV, hd, c->rms_eps, s, e));
   }
-  float fr[ENG_K_MAX_HD / 2];
-  eng_rope_inv_freq(c, hd, fr); // (the cuda layer rotates whole heads: check_config)
-  TRY(eng_cuda_rope_fwd(a->q, pos, B, T, H, hd, hd, fr, s, e));
-  TRY(eng_cuda_rope_fwd(a->k, pos, B, T, KV, hd, hd, fr, s, e));
+  eng_k_rope r;
+  eng_rope_table(c, &r);
+  TRY(eng_cuda_rope_fwd(a->q, pos, B, T, H, hd, &r, s, e));
+  TRY(eng_cuda_rope_fwd(a->k, pos, B, T, KV, hd, &r, s, e));
   TRY(eng_cuda_attention_fwd(a->att, a->lse, a->q, a->k, a->v, pos, B, T, H, KV, hd, s, e));
   TRY(eng_cuda_linear_fwd(cx, a->xmid, a->att, W(ENG_P_WO), NULL, x, n, qd, d, e));
 
@@ -76,10 +76,10 @@ int eng_cuda_layer_bwd(eng_cuda_ctx *cx, const eng_config *c, const eng_layout *
   TRY(eng_cuda_linear_bwd(cx, s->datt, DW(ENG_P_WO), NULL, s->dxmid, a->att, W(ENG_P_WO), n, qd, d, 0, e));
   TRY(eng_cuda_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, pos, B, T, H, KV, hd,
                              s->attn, st, e));
-  float fr[ENG_K_MAX_HD / 2];
-  eng_rope_inv_freq(c, hd, fr);
-  TRY(eng_cuda_rope_bwd(s->dq, pos, B, T, H, hd, hd, fr, st, e));
-  TRY(eng_cuda_rope_bwd(s->dk, pos, B, T, KV, hd, hd, fr, st, e));
+  eng_k_rope r;
+  eng_rope_table(c, &r);
+  TRY(eng_cuda_rope_bwd(s->dq, pos, B, T, H, hd, &r, st, e));
+  TRY(eng_cuda_rope_bwd(s->dk, pos, B, T, KV, hd, &r, st, e));
   if (c->qk_norm) { // back through the per-head norms; datt is free to hold dq_pre
     TRY(eng_cuda_rmsnorm_bwd(cx, s->datt, DW(ENG_P_QNORM), s->dq, a->qpre, W(ENG_P_QNORM), a->rstdq, n * H, hd, 0,
                              e));
