@@ -21,7 +21,8 @@ static int fail(val_err *e, grpc_status_code code, const char *field, const char
 // The proto's Arch numbers the architecture table's rows from 1 (0 is
 // ARCH_UNSPECIFIED, which validation refuses).
 _Static_assert(K(ARCH__ARCH_LLAMA) == ENG_ARCH_LLAMA + 1 && K(ARCH__ARCH_QWEN2) == ENG_ARCH_QWEN2 + 1 &&
-                   K(ARCH__ARCH_QWEN3) == ENG_ARCH_QWEN3 + 1 && K(ARCH__ARCH_QWEN3_5) == ENG_ARCH_QWEN3_5 + 1,
+                   K(ARCH__ARCH_QWEN3) == ENG_ARCH_QWEN3 + 1 && K(ARCH__ARCH_QWEN3_5) == ENG_ARCH_QWEN3_5 + 1 &&
+                   K(ARCH__ARCH_MISTRAL) == ENG_ARCH_MISTRAL + 1,
                "proto Arch = eng_arch + 1");
 
 void spec_config_from_pb(const T(ModelConfig) *m, eng_config *c) {

@@ -288,7 +288,7 @@ static int resolvable(const char *field, const char *name, int dir, const val_ro
 // ---- the spec ----------------------------------------------------------------------------
 
 static int val_model_config(const T(ModelConfig) *c, const char *p, val_err *e) {
-  if (c->arch == 0) return bad(e, "%s.arch: required (ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 or ARCH_QWEN3_5)", p);
+  if (c->arch == 0) return bad(e, "%s.arch: required (ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3_5 or ARCH_MISTRAL)", p);
   if (enum_known(c->arch, &traind__v1__arch__descriptor, p, "arch", e)) return -1;
   if (range(c->vocab_size, 1, 1 << 24, p, "vocab_size", e) || range(c->hidden_size, 1, 1 << 16, p, "hidden_size", e) ||
       range(c->num_hidden_layers, 1, 1024, p, "num_hidden_layers", e) ||

@@ -18,12 +18,24 @@
 
 // Stable numbers: checkpoints store them (engine.c's meta) and the daemon's
 // proto names them (Arch = eng_arch + 1). A new family takes the next number.
-typedef enum { ENG_ARCH_LLAMA = 0, ENG_ARCH_QWEN2 = 1, ENG_ARCH_QWEN3 = 2, ENG_ARCH_QWEN3_5 = 3, ENG_ARCH_COUNT } eng_arch;
+typedef enum {
+  ENG_ARCH_LLAMA = 0,
+  ENG_ARCH_QWEN2 = 1,
+  ENG_ARCH_QWEN3 = 2,
+  ENG_ARCH_QWEN3_5 = 3,
+  ENG_ARCH_MISTRAL = 4,
+  ENG_ARCH_COUNT
+} eng_arch;
 
-// A boolean config key whose true the engine refuses; `what` completes
-// "... is true: <what> is not supported". Exports write it false.
+// A config key that turns on what the engine refuses; `what` completes
+// "...: <what> is not supported". A boolean key is refused when true, and
+// exports write it false; a `set` key (a size, such as a window) when it is
+// not null, or when it is absent where transformers then assumes a value
+// (absent_means, e.g. "4096"), and exports write it null.
 typedef struct eng_arch_refusal {
   const char *key, *what;
+  uint8_t set;
+  const char *absent_means;
 } eng_arch_refusal;
 
 // A hybrid family (Qwen3.5): Gated DeltaNet layers, every full_every-th

@@ -78,6 +78,18 @@ static int refuse_true(const json_t *obj, const char *path, const char *key, con
   return ENG_OK;
 }
 
+// A feature set by a value: null passes, absence only where transformers
+// assumes nothing then.
+static int refuse_set(const json_t *obj, const char *path, const eng_arch_refusal *x, eng_err *e) {
+  const json_t *v = json_object_get(obj, x->key);
+  if (!v && x->absent_means)
+    return eng_err_set(e, ENG_ENOTSUP, "%s: field \"%s\" is absent, which transformers reads as %s: %s is not "
+                       "supported (write it null)", path, x->key, x->absent_means, x->what);
+  if (v && !json_is_null(v))
+    return eng_err_set(e, ENG_ENOTSUP, "%s: field \"%s\" is set: %s is not supported", path, x->key, x->what);
+  return ENG_OK;
+}
+
 // ---- architecture ------------------------------------------------------------
 
 // model_type decides; every entry of "architectures" must name the same
@@ -233,7 +245,7 @@ static int refuse_unsupported(const json_t *root, const char *path, eng_arch arc
   }
   const eng_arch_row *row = eng_arch_row_of(arch);
   for (const eng_arch_refusal *x = row->refuse; x->key; x++) {
-    int rc = refuse_true(root, path, x->key, x->what, e);
+    int rc = x->set ? refuse_set(root, path, x, e) : refuse_true(root, path, x->key, x->what, e);
     if (rc) return rc;
   }
   const json_t *types = json_object_get(root, "layer_types");
@@ -661,7 +673,7 @@ static json_t *text_config_json(const eng_config *c, const char *dtype_name) {
   bad |= set(o, "dtype", json_string(dtype_name));
   if (row->hybrid) bad |= save_hybrid(o, rope, c);
   // What the row refuses is written off, so the export means what was trained.
-  for (const eng_arch_refusal *x = row->refuse; x->key; x++) bad |= set(o, x->key, json_false());
+  for (const eng_arch_refusal *x = row->refuse; x->key; x++) bad |= set(o, x->key, x->set ? json_null() : json_false());
   for (const char *const *k = row->save_null; *k; k++) bad |= set(o, *k, json_null());
   if (bad) json_decref(o);
   return bad ? NULL : o;

@@ -183,7 +183,7 @@ static void check_bf16(void) {
 
 int main(void) {
   test_route_announce();
-  const char *names[] = {"llama_tied",      "llama31", "qwen2",          "qwen2_yarn", "qwen3",
+  const char *names[] = {"llama_tied",      "llama31", "mistral", "qwen2",          "qwen2_yarn", "qwen3",
                          "qwen3_tied_head", "qwen3_5", "qwen3_5_packed", "qwen3_5_vlm"};
   enum { N = sizeof names / sizeof names[0] };
   for (int i = 0; i < N; i++) check_grads(names[i]);

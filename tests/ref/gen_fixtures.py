@@ -30,6 +30,8 @@ from hf_env import report
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -78,6 +80,11 @@ MODELS = {
                    dict(tie_word_embeddings=False,
                         rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
                                          "original_max_position_embeddings": 32}), 1010),
+    # Mistral: Llama's layer with a head_dim of its own (24: 96 query dims
+    # for a hidden 64), no window (null, as Mistral 7B v0.2 and later write).
+    "mistral": (MistralConfig, MistralForCausalLM,
+                dict(tie_word_embeddings=False, head_dim=24, sliding_window=None,
+                     rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), 1011),
     # head_dim 32 makes heads*head_dim (128) differ from hidden (64), which
     # catches code that assumes the two are equal.
     "qwen3": (Qwen3Config, Qwen3ForCausalLM,

@@ -225,11 +225,11 @@ static void test_refusals(void) {
     refused(o, ENG_EINVAL, required[i]);
   }
   json_t *o = base(ENG_ARCH_LLAMA);
-  put(o, "model_type", json_string("mistral"));
+  put(o, "model_type", json_string("gemma3"));
   json_object_del(o, "architectures");
   refused(o, ENG_ENOTSUP, "model_type");
   o = base(ENG_ARCH_LLAMA);
-  put(o, "architectures", json_pack("[s]", "MistralForCausalLM"));
+  put(o, "architectures", json_pack("[s]", "Gemma3ForCausalLM"));
   refused(o, ENG_ENOTSUP, "architectures");
   o = base(ENG_ARCH_LLAMA);
   put(o, "architectures", json_pack("[s]", "LlamaModel"));
@@ -512,6 +512,31 @@ static void test_rope_scaling(void) {
   CHECK(!memcmp(&back, &c, sizeof c), "yarn RoPE does not survive save and load");
 }
 
+// Mistral: its window refused when set, and when absent (MistralConfig then
+// takes 4096); null loads, and an export writes null.
+static void test_mistral(void) {
+  char src[1024];
+  snprintf(src, sizeof src, "%s/tests/fixtures/mistral/config.json", TRAIND_SOURCE_DIR);
+  json_error_t je;
+  json_t *m = json_load_file(src, 0, &je);
+  CHECK(m, "%s: %s", src, je.text);
+  eng_config c = load_ok(json_deep_copy(m));
+  CHECK(c.arch == ENG_ARCH_MISTRAL && c.head_dim == 24 && c.n_heads * c.head_dim != c.d_model, "the mistral fixture");
+  json_t *o = json_deep_copy(m);
+  put(o, "sliding_window", json_integer(4096));
+  refused(o, ENG_ENOTSUP, "sliding_window");
+  o = json_deep_copy(m);
+  json_object_del(o, "sliding_window");
+  refused(o, ENG_ENOTSUP, "sliding_window");
+  eng_err e = {0};
+  CHECK_OK(eng_config_save(&c, cfg_path, "float32", NULL, NULL, &e), &e);
+  json_t *saved = json_load_file(cfg_path, 0, &je);
+  const json_t *w = json_object_get(saved, "sliding_window");
+  CHECK(w && json_is_null(w), "a Mistral export must write sliding_window null");
+  json_decref(saved);
+  json_decref(m);
+}
+
 // Every fixture that tests/ref/gen_fixtures.py wrote with transformers loads.
 static void test_fixtures(void) {
   char root[1024];
@@ -546,6 +571,7 @@ int main(void) {
   test_token_ids();
   test_vlm();
   test_rope_scaling();
+  test_mistral();
   test_fixtures();
   tmp_cleanup();
   printf("test_hf_config: ok\n");
