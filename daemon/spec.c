@@ -54,6 +54,7 @@ void spec_config_from_pb(const T(ModelConfig) *m, eng_config *c) {
   c->rope.attention_factor = m->rope_attention_factor, c->rope.beta_fast = m->rope_beta_fast;
   c->rope.beta_slow = m->rope_beta_slow, c->rope.mscale = m->rope_mscale;
   c->rope.mscale_all_dim = m->rope_mscale_all_dim, c->rope.no_truncate = m->rope_no_truncate;
+  c->window = m->sliding_window;
 }
 
 void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
@@ -83,6 +84,7 @@ void spec_config_to_pb(const eng_config *c, T(ModelConfig) *m) {
   m->rope_attention_factor = c->rope.attention_factor, m->rope_beta_fast = c->rope.beta_fast;
   m->rope_beta_slow = c->rope.beta_slow, m->rope_mscale = c->rope.mscale;
   m->rope_mscale_all_dim = c->rope.mscale_all_dim, m->rope_no_truncate = c->rope.no_truncate;
+  m->sliding_window = c->window;
 }
 
 int spec_fs(const val_roots *roots, eng_fs **out, val_err *e) {

@@ -298,7 +298,8 @@ static int val_model_config(const T(ModelConfig) *c, const char *p, val_err *e) 
       range(c->intermediate_size, 1, 1 << 20, p, "intermediate_size", e) ||
       range(c->max_position_embeddings, 0, 1 << 24, p, "max_position_embeddings", e) ||
       frange(c->rope_theta, 0, 1e12, 0, p, "rope_theta", e) || frange(c->rms_norm_eps, 0, 1, 0, p, "rms_norm_eps", e) ||
-      frange(c->initializer_range, 0, 1, 0, p, "initializer_range", e))
+      frange(c->initializer_range, 0, 1, 0, p, "initializer_range", e) ||
+      range(c->sliding_window, 0, 1 << 24, p, "sliding_window", e))
     return -1;
   if (c->num_key_value_heads && c->num_attention_heads % c->num_key_value_heads)
     return bad(e, "%s.num_key_value_heads: %d does not divide num_attention_heads (%d)", p, c->num_key_value_heads,

@@ -19,8 +19,12 @@ eng_layer_flops eng_flops_layer_fwd(const eng_config *c, int kind, double seqs, 
     return (eng_layer_flops){.gemm = 2.0 * n * proto_matrix_numel(lo.dn_proto),
                              .mix = n * 6.0 * c->dn.v_heads * c->dn.k_dim * c->dn.v_dim,
                              .mix_bwd_ratio = ENG_FLOPS_DN_BWD_RATIO};
+  // Query-key pairs of a sequence: the causal half, or under a window of W
+  // keys the first W queries' triangle and W for each after.
+  const double W = c->window;
+  const double pairs = W <= 0 || W >= T ? T * T / 2 : W * W / 2 + (T - W) * W;
   return (eng_layer_flops){.gemm = 2.0 * n * proto_matrix_numel(lo.layer_proto),
-                           .mix = 2.0 * seqs * c->n_heads * T * T * c->head_dim,
+                           .mix = 4.0 * seqs * c->n_heads * c->head_dim * pairs,
                            .mix_bwd_ratio = ENG_FLOPS_ATTN_BWD_RATIO};
 }
 
@@ -45,8 +49,8 @@ int eng_flops_step(const eng_config *c, int batch, int seq_len, int poet_block, 
   eng_layout_init(&lo, c);
   const double B = batch, T = seq_len, d = c->d_model, V = c->vocab;
   const double tokens = B * T;
-  // PaLM's count knows no recompute and no causal mask: attention as if
-  // dense (twice the causal mix), the delta rule's state products as they are.
+  // PaLM's count knows no recompute, no causal mask and no window: attention
+  // as if dense, the delta rule's state products as they are.
   const double head = V * d; // the LM head's matrix, tied or not
   double model = 6.0 * tokens * head, exec = 6.0 * tokens * head, refwd = 0;
   out->fwd = 2.0 * tokens * head;
@@ -58,7 +62,9 @@ int eng_flops_step(const eng_config *c, int batch, int seq_len, int poet_block, 
     if (!count[kind]) continue;
     const double n = count[kind];
     eng_layer_flops one = eng_flops_layer_fwd(c, kind, B, T), seq = eng_flops_layer_fwd(c, kind, 1, T);
-    model += n * (3.0 * one.gemm + (kind == ENG_KIND_ATTN ? 6.0 : 3.0) * one.mix);
+    // PaLM counts attention dense, 12·H·Q·T per token, whatever the mask.
+    model += n * (3.0 * one.gemm +
+                  (kind == ENG_KIND_ATTN ? 12.0 * tokens * c->n_heads * c->head_dim * T : 3.0 * one.mix));
     // Executed: the forward, and the backward's dX and dW (twice the
     // forward's products) and its mixing.
     exec += n * (3.0 * one.gemm + (1.0 + one.mix_bwd_ratio) * one.mix);

@@ -32,7 +32,8 @@
 // (model/layout.h's: attention, or a hybrid's Gated DeltaNet).
 typedef struct eng_layer_flops {
   double gemm; // the projections: 2 FLOPs per token per weight (a DN layer's conv taps count)
-  double mix;  // the token mixing: causal QKᵀ and PV, 2·T·T·Q per head per sequence; or
+  double mix;  // the token mixing: causal QKᵀ and PV, 2·T·T·Q per head per sequence (under
+               // a sliding window, 4·Q per visible query-key pair); or
                // the delta rule's three products with each value head's state [dk, dv]
                // (read Sᵀk, write k·uᵀ, output Sᵀq), 6·dk·dv per head per token
   double mix_bwd_ratio; // the backward's mixing FLOPs over the forward's

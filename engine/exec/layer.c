@@ -207,7 +207,7 @@ void eng_layer_fwd(const eng_config *c, const eng_layout *lo, const float *w, co
   const eng_k_rope r = rope_of(c);
   eng_k_rope_fwd(a->q, a->ldq, pos, B, T, H, hd, &r);
   eng_k_rope_fwd(a->k, a->ldk, pos, B, T, KV, hd, &r);
-  eng_k_attention_fwd(a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv, pos, B, T, H, KV, hd);
+  eng_k_attention_fwd(a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv, pos, B, T, H, KV, hd, c->window);
   // Qwen3.5: the output times sigmoid of the gate after each head's query.
   const float *oin = a->att;
   if (c->attn_gate) eng_k_sgate_fwd(a->attg, a->att, a->qkv + hd, qkvd, 2 * hd, n, H, hd), oin = a->attg;
@@ -259,7 +259,7 @@ void eng_layer_bwd(const eng_config *c, const eng_layout *lo, const float *w, fl
   // Through the gate: datt in place, dgate into the gate's place in dqkv.
   if (c->attn_gate) eng_k_sgate_bwd(s->datt, s->dqkv + hd, s->datt, a->att, a->qkv + hd, qkvd, 2 * hd, n, H, hd);
   eng_k_attention_bwd(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv,
-                      pos, B, T, H, KV, hd);
+                      pos, B, T, H, KV, hd, c->window);
   const eng_k_rope r = rope_of(c);
   eng_k_rope_bwd(s->dq, a->ldq, pos, B, T, H, hd, &r);
   eng_k_rope_bwd(s->dk, a->ldk, pos, B, T, KV, hd, &r);

@@ -104,18 +104,20 @@ void eng_k_rope_bwd(float *dx, int ld, const int32_t *pos, int B, int T, int hea
 // (tokens) are ldq, ldk, ldv floats apart (they may be views into one fused
 // q|k|v row); query head h reads kv head h / (H/KV). scale = 1/sqrt(hd).
 // Query t of row b attends keys t - pos[b][t] <= s <= t: causal within its
-// document, never across a boundary (pos as above; NULL: every s <= t). Key
-// tiles wholly before a query tile's first document start are skipped.
+// document, never across a boundary (pos as above; NULL: every s <= t), and
+// with a sliding window (window > 0) only the window's last keys,
+// s > t - window, as transformers' sliding-window mask. Key tiles wholly
+// before a query tile's first visible key are skipped.
 // out [B,T,H,hd] (rows H·hd apart), lse [B,H,T] (natural log of the softmax
 // denominator, scale included).
 void eng_k_attention_fwd(float *out, float *lse, const float *q, int ldq, const float *k, int ldk, const float *v,
-                         int ldv, const int32_t *pos, int B, int T, int H, int KV, int hd);
+                         int ldv, const int32_t *pos, int B, int T, int H, int KV, int hd, int window);
 // Writes dq, dk and dv laid out like q, k and v (overwritten, not
-// accumulated; the floats between their rows are left alone); pos as the
-// forward's, so a key's dk/dv sum over the queries of its own document.
+// accumulated; the floats between their rows are left alone); pos and window
+// as the forward's, so a key's dk/dv sum over the queries that see it.
 void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                          const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
-                         const int32_t *pos, int B, int T, int H, int KV, int hd);
+                         const int32_t *pos, int B, int T, int H, int KV, int hd, int window);
 
 // The gated delta rule (Gated DeltaNet's token mixer, Qwen3.5's linear
 // attention) per value head h of each row b, with S [kd, vd] starting at 0:

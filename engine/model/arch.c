@@ -8,35 +8,30 @@
 // define it (configuration_<family>.py for the defaults, modeling_<family>.py
 // for the tensors).
 static const eng_arch_refusal llama_refuse[] = {
-    {"attention_bias", "a bias on the attention projections", 0, NULL},
-    {"mlp_bias", "a bias on the MLP projections", 0, NULL},
-    {NULL, NULL, 0, NULL},
+    {"attention_bias", "a bias on the attention projections"},
+    {"mlp_bias", "a bias on the MLP projections"},
+    {NULL, NULL},
 };
 // Qwen2's q/k/v bias is always there (its config has no attention_bias);
 // sliding_window alone is inert in both Qwen families, use_sliding_window
 // turns it on.
 static const eng_arch_refusal qwen2_refuse[] = {
-    {"use_sliding_window", "sliding-window attention", 0, NULL},
-    {NULL, NULL, 0, NULL},
+    {"use_sliding_window", "sliding-window attention"},
+    {NULL, NULL},
 };
 static const eng_arch_refusal qwen3_refuse[] = {
-    {"attention_bias", "a bias on the attention projections", 0, NULL},
-    {"use_sliding_window", "sliding-window attention", 0, NULL},
-    {NULL, NULL, 0, NULL},
+    {"attention_bias", "a bias on the attention projections"},
+    {"use_sliding_window", "sliding-window attention"},
+    {NULL, NULL},
 };
 // transformers 4.x warns about sliding windows whenever sliding_window is
 // set, and its Qwen configs default it to 4096.
 static const char *const qwen_save_null[] = {"sliding_window", NULL};
 static const char *const none[] = {NULL};
+static const eng_arch_refusal no_refusal[] = {{NULL, NULL}};
 static const eng_arch_refusal qwen3_5_refuse[] = {
-    {"attention_bias", "a bias on the attention projections", 0, NULL},
-    {NULL, NULL, 0, NULL},
-};
-// Mistral's window: MistralConfig's default is 4096, so a file without the
-// key has one too (Mistral 7B v0.2 and later write null).
-static const eng_arch_refusal mistral_refuse[] = {
-    {"sliding_window", "sliding-window attention", 1, "4096"},
-    {NULL, NULL, 0, NULL},
+    {"attention_bias", "a bias on the attention projections"},
+    {NULL, NULL},
 };
 // Qwen3_5ForConditionalGeneration: Qwen3_5Model's visual tower beside its
 // language_model, and the checkpoints' MTP head (which transformers skips).
@@ -89,11 +84,16 @@ static const eng_arch_row rows[ENG_ARCH_COUNT] = {
                           .vlm_pass = qwen3_5_pass},
     [ENG_ARCH_MISTRAL] = {.model_type = "mistral",
                           .hf_class = "MistralForCausalLM",
-                          .layer = "Llama's; head_dim independent of hidden_size",
+                          .layer = "Llama's, with a sliding window when sliding_window is set; head_dim "
+                                   "independent of hidden_size",
                           .kv_heads_absent = 8,
                           .max_pos_absent = 131072,
-                          .refuse = mistral_refuse,
-                          .save_null = none},
+                          .refuse = no_refusal,
+                          .save_null = none,
+                          // MistralConfig's default: a file without the key has a window
+                          // (Mistral 7B v0.2 and later write null: none).
+                          .window_key = "sliding_window",
+                          .window_absent = 4096},
 };
 
 const eng_arch_row *eng_arch_row_of(eng_arch a) {
@@ -147,12 +147,8 @@ void eng_arch_print_table(FILE *f) {
       fprintf(f, " pass through to the export");
     }
     fprintf(f, " | %s | ", r->layer);
-    for (const eng_arch_refusal *x = r->refuse; x->key; x++) {
-      fprintf(f, "%s`%s` (%s", x == r->refuse ? "" : ", ", x->key, x->what);
-      if (x->set) fprintf(f, "; refused unless null");
-      if (x->absent_means) fprintf(f, ", and when absent, which transformers reads as %s", x->absent_means);
-      fprintf(f, ")");
-    }
+    for (const eng_arch_refusal *x = r->refuse; x->key; x++)
+      fprintf(f, "%s`%s` (%s)", x == r->refuse ? "" : ", ", x->key, x->what);
     fprintf(f, " |\n");
   }
 }

@@ -27,15 +27,10 @@ typedef enum {
   ENG_ARCH_COUNT
 } eng_arch;
 
-// A config key that turns on what the engine refuses; `what` completes
-// "...: <what> is not supported". A boolean key is refused when true, and
-// exports write it false; a `set` key (a size, such as a window) when it is
-// not null, or when it is absent where transformers then assumes a value
-// (absent_means, e.g. "4096"), and exports write it null.
+// A boolean config key whose true the engine refuses; `what` completes
+// "... is true: <what> is not supported". Exports write it false.
 typedef struct eng_arch_refusal {
   const char *key, *what;
-  uint8_t set;
-  const char *absent_means;
 } eng_arch_refusal;
 
 // A hybrid family (Qwen3.5): Gated DeltaNet layers, every full_every-th
@@ -65,6 +60,11 @@ typedef struct eng_arch_row {
   const eng_arch_refusal *refuse; // ends with {NULL}
   const char *const *save_null;   // keys an export writes null; ends with NULL
   const eng_arch_hybrid *hybrid;  // NULL: every layer is attention
+  // Sliding-window attention of every layer (eng_config.window): the key
+  // that sizes it (NULL: the family has none), and what transformers takes
+  // when the key is absent (0: none).
+  const char *window_key;
+  int window_absent;
   // The multimodal checkpoint that wraps this text model (NULL: none): its
   // config.json's model_type and class, the text model's config nested under
   // "text_config", the text model's tensors under vlm_prefix instead of

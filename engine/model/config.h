@@ -41,6 +41,7 @@ typedef struct eng_config {
   int attn_gate;      // q_proj also gives a gate per head: att·sigmoid(gate) before o_proj (Qwen3.5)
   int norm_plus_one;  // the norms are zero-centred, x̂·(1 + w) (Qwen3.5)
   int rope_dim;       // the dims of a head RoPE rotates (partial_rotary_factor·head_dim); 0: head_dim
+  int window;         // sliding_window: a query sees its last `window` keys; 0: all (causal)
   int full_every;     // hybrid (Qwen3.5): layer l is attention when (l+1) % full_every == 0,
                       // else Gated DeltaNet; 0: every layer is attention
   int vlm;            // the text model of its row's multimodal checkpoint (arch.h's vlm_*):

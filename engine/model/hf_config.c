@@ -78,18 +78,6 @@ static int refuse_true(const json_t *obj, const char *path, const char *key, con
   return ENG_OK;
 }
 
-// A feature set by a value: null passes, absence only where transformers
-// assumes nothing then.
-static int refuse_set(const json_t *obj, const char *path, const eng_arch_refusal *x, eng_err *e) {
-  const json_t *v = json_object_get(obj, x->key);
-  if (!v && x->absent_means)
-    return eng_err_set(e, ENG_ENOTSUP, "%s: field \"%s\" is absent, which transformers reads as %s: %s is not "
-                       "supported (write it null)", path, x->key, x->absent_means, x->what);
-  if (v && !json_is_null(v))
-    return eng_err_set(e, ENG_ENOTSUP, "%s: field \"%s\" is set: %s is not supported", path, x->key, x->what);
-  return ENG_OK;
-}
-
 // ---- architecture ------------------------------------------------------------
 
 // model_type decides; every entry of "architectures" must name the same
@@ -245,7 +233,7 @@ static int refuse_unsupported(const json_t *root, const char *path, eng_arch arc
   }
   const eng_arch_row *row = eng_arch_row_of(arch);
   for (const eng_arch_refusal *x = row->refuse; x->key; x++) {
-    int rc = x->set ? refuse_set(root, path, x, e) : refuse_true(root, path, x->key, x->what, e);
+    int rc = refuse_true(root, path, x->key, x->what, e);
     if (rc) return rc;
   }
   const json_t *types = json_object_get(root, "layer_types");
@@ -311,6 +299,20 @@ static int parse_hybrid(const json_t *root, const char *path, const eng_arch_hyb
                        "an even count from 2 to head_dim is supported", path, (double)partial, hd, c->rope_dim);
   if (c->rope_dim == hd) c->rope_dim = 0;
   return ENG_OK;
+}
+
+// ---- sliding window -------------------------------------------------------------
+
+// The row's window key: a count of keys, null (none) or absent (the row's
+// default).
+static int parse_window(const json_t *root, const char *path, const eng_arch_row *row, eng_config *c, eng_err *e) {
+  const json_t *v = json_object_get(root, row->window_key);
+  c->window = v ? 0 : row->window_absent;
+  int rc = get_int(root, path, row->window_key, &c->window, e);
+  if (!rc && c->window < 0)
+    rc = eng_err_set(e, ENG_EINVAL, "%s: field \"%s\" is %d: a window holds at least one key", path, row->window_key,
+                     c->window);
+  return rc;
 }
 
 // ---- token ids ---------------------------------------------------------------
@@ -385,6 +387,7 @@ static int parse(const json_t *root, const char *path, eng_config *c, eng_err *e
   if (!rc && row->hybrid) rc = get_float(root, path, "partial_rotary_factor", &partial, e);
   if (!rc) rc = parse_rope(root, path, row, c, &partial, e);
   if (!rc && row->hybrid) rc = parse_hybrid(root, path, row->hybrid, partial, c, e);
+  if (!rc && row->window_key) rc = parse_window(root, path, row, c, e);
   if (!rc) rc = get_float(root, path, "rms_norm_eps", &c->rms_eps, e);
   if (!rc) rc = get_float(root, path, "initializer_range", &c->init_std, e);
   if (!rc) rc = get_bool(root, path, "tie_word_embeddings", &c->tie_embeddings, e);
@@ -552,6 +555,9 @@ int eng_config_validate(const eng_config *c, const char *what, eng_err *e) {
   // norms (which write q out of them) must be there to de-interleave it.
   if (c->attn_gate && !c->qk_norm)
     return eng_err_set(e, ENG_EINVAL, "%s: an attention output gate needs q/k norms", what);
+  if (c->window < 0 || (c->window && !row->window_key))
+    return eng_err_set(e, ENG_EINVAL, "%s: a sliding window of %d keys, which %s does not have", what, c->window,
+                       row->hf_class);
   if ((unsigned)c->rope.type >= ENG_ROPE_TYPES)
     return eng_err_set(e, ENG_EINVAL, "%s: RoPE type %d is unknown", what, c->rope.type);
   int rc = check_rope(what, c, e);
@@ -672,8 +678,9 @@ static json_t *text_config_json(const eng_config *c, const char *dtype_name) {
   bad |= set(o, "torch_dtype", json_string(dtype_name));
   bad |= set(o, "dtype", json_string(dtype_name));
   if (row->hybrid) bad |= save_hybrid(o, rope, c);
+  if (row->window_key) bad |= set(o, row->window_key, c->window ? json_integer(c->window) : json_null());
   // What the row refuses is written off, so the export means what was trained.
-  for (const eng_arch_refusal *x = row->refuse; x->key; x++) bad |= set(o, x->key, x->set ? json_null() : json_false());
+  for (const eng_arch_refusal *x = row->refuse; x->key; x++) bad |= set(o, x->key, json_false());
   for (const char *const *k = row->save_null; *k; k++) bad |= set(o, *k, json_null());
   if (bad) json_decref(o);
   return bad ? NULL : o;

@@ -60,14 +60,14 @@ typedef struct att {
 static void att_fwd(void *c) {
   att *a = c;
   int qs = a->H * a->hd, ks = a->KV * a->hd;
-  eng_k_attention_fwd(a->o, a->lse, a->q, qs, a->k, ks, a->v, ks, NULL, a->B, a->T, a->H, a->KV, a->hd);
+  eng_k_attention_fwd(a->o, a->lse, a->q, qs, a->k, ks, a->v, ks, NULL, a->B, a->T, a->H, a->KV, a->hd, 0);
 }
 
 static void att_bwd(void *c) {
   att *a = c;
   int qs = a->H * a->hd, ks = a->KV * a->hd;
   eng_k_attention_bwd(a->dq, a->dk, a->dv, a->o, a->o, a->lse, a->q, qs, a->k, ks, a->v, ks, NULL, a->B, a->T, a->H,
-                      a->KV, a->hd);
+                      a->KV, a->hd, 0);
 }
 
 typedef struct elem {

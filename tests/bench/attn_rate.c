@@ -50,9 +50,9 @@ int main(int argc, char **argv) {
   if (!out || !lse || !dq || !dk || !dv || !tf || !tb) return 1;
   for (int r = -3; r < reps; r++) { // 3 warm-up calls
     double t0 = eng_now();
-    eng_k_attention_fwd(out, lse, q, H * hd, k, KV * hd, v, KV * hd, NULL, B, T, H, KV, hd);
+    eng_k_attention_fwd(out, lse, q, H * hd, k, KV * hd, v, KV * hd, NULL, B, T, H, KV, hd, 0);
     double t1 = eng_now();
-    eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, H * hd, k, KV * hd, v, KV * hd, NULL, B, T, H, KV, hd);
+    eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, H * hd, k, KV * hd, v, KV * hd, NULL, B, T, H, KV, hd, 0);
     double t2 = eng_now();
     if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
   }

@@ -282,7 +282,7 @@ static void check_attention(int B, int T, int H, int KV, int hd, int packed) {
   float *dL = dev_alloc(nl * 4);
   K_OK(eng_cuda_attention_fwd(dO, dL, dQ, dK, dV, dpos, B, T, H, KV, hd, st, &err));
   float *ro = malloc(nq * 4), *rl = malloc(nl * 4);
-  eng_k_attention_fwd(ro, rl, q, H * hd, k, KV * hd, v, KV * hd, pos, B, T, H, KV, hd);
+  eng_k_attention_fwd(ro, rl, q, H * hd, k, KV * hd, v, KV * hd, pos, B, T, H, KV, hd, 0);
   float *go = dev_bf16_to_host(dO, nq), *gl = dev_f32_to_host(dL, nl);
   // P is rounded to bf16 before P·V (half an eps per term), then the output.
   rel_err_f("out (2 eps)", go, ro, nq, 2 * BF16_EPS);
@@ -293,7 +293,7 @@ static void check_attention(int B, int T, int H, int KV, int hd, int packed) {
   K_OK(eng_cuda_attention_bwd(dDQ, dDK, dDV, dDO, dO, dL, dQ, dK, dV, dpos, B, T, H, KV, hd, scratch, st, &err));
   // The cpu backward from the GPU's own out and lse, so only the backward differs.
   float *rq = malloc(nq * 4), *rk = malloc(nk * 4), *rv = malloc(nk * 4);
-  eng_k_attention_bwd(rq, rk, rv, dout, go, gl, q, H * hd, k, KV * hd, v, KV * hd, pos, B, T, H, KV, hd);
+  eng_k_attention_bwd(rq, rk, rv, dout, go, gl, q, H * hd, k, KV * hd, v, KV * hd, pos, B, T, H, KV, hd, 0);
   float *gq = dev_bf16_to_host(dDQ, nq), *gk = dev_bf16_to_host(dDK, nk), *gv = dev_bf16_to_host(dDV, nk);
   // P and dS are rounded to bf16 before their products.
   rel_err_f("dq (4 eps)", gq, rq, nq, 4 * BF16_EPS);

@@ -33,7 +33,8 @@ static float *logits_of(eng_run *r, const int32_t *ids) {
 
 int main(void) {
   tmp_make();
-  const char *fixtures[] = {"llama_tied", "llama31", "mistral", "qwen2", "qwen2_yarn", "qwen3", "qwen3_tied_head", "qwen3_5", "qwen3_5_vlm"};
+  const char *fixtures[] = {"llama_tied", "llama31",         "mistral", "mistral_window", "qwen2",
+                            "qwen2_yarn", "qwen3", "qwen3_tied_head", "qwen3_5", "qwen3_5_vlm"};
   for (int f = 0; f < (int)(sizeof fixtures / sizeof *fixtures); f++) {
     const int vlm = !strcmp(fixtures[f], "qwen3_5_vlm");
     eng_st_file ref;

@@ -1,6 +1,7 @@
 // Parity against Hugging Face transformers (fixtures from tests/ref):
 // logits and every parameter gradient of Llama (tied), Llama 3.1 (its llama3
-// RoPE, 64 positions past an original context of 32), Qwen2, Qwen3, a Qwen3
+// RoPE, 64 positions past an original context of 32), Mistral (a head_dim of
+// its own; and with a 24-key sliding window), Qwen2 (and with YaRN), Qwen3, a Qwen3
 // whose config ties the head but whose file holds a head of its own
 // (transformers loads it untied), Qwen3.5's hybrid (a Gated DeltaNet layer and
 // a gated full-attention one) and another hybrid at odd shapes, saved in bf16,
@@ -183,8 +184,8 @@ static void check_bf16(void) {
 
 int main(void) {
   test_route_announce();
-  const char *names[] = {"llama_tied",      "llama31", "mistral", "qwen2",          "qwen2_yarn", "qwen3",
-                         "qwen3_tied_head", "qwen3_5", "qwen3_5_packed", "qwen3_5_vlm"};
+  const char *names[] = {"llama_tied", "llama31",         "mistral", "mistral_window", "qwen2",      "qwen2_yarn",
+                         "qwen3",      "qwen3_tied_head", "qwen3_5", "qwen3_5_packed", "qwen3_5_vlm"};
   enum { N = sizeof names / sizeof names[0] };
   for (int i = 0; i < N; i++) check_grads(names[i]);
   for (int i = 0; i < N; i++) check_adamw(names[i]);

@@ -85,6 +85,11 @@ MODELS = {
     "mistral": (MistralConfig, MistralForCausalLM,
                 dict(tie_word_embeddings=False, head_dim=24, sliding_window=None,
                      rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), 1011),
+    # Mistral v0.1's kind: a sliding window (24 keys) well under the batch's
+    # 64 tokens (test_kernels has windows that skip whole key tiles).
+    "mistral_window": (MistralConfig, MistralForCausalLM,
+                       dict(tie_word_embeddings=False, sliding_window=24,
+                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), 1012),
     # head_dim 32 makes heads*head_dim (128) differ from hidden (64), which
     # catches code that assumes the two are equal.
     "qwen3": (Qwen3Config, Qwen3ForCausalLM,

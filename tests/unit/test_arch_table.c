@@ -52,27 +52,14 @@ static void write_file(const char *path, const char *text) {
   CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
 }
 
-// The keys a row refuses even when absent, written null (",\"key\": null"...),
-// but for key skip (NULL: none).
-static const char *absent_nulls(const eng_arch_row *r, const char *skip) {
-  static char buf[256];
-  size_t at = 0;
-  buf[0] = 0;
-  for (const eng_arch_refusal *x = r->refuse; x->key; x++)
-    if (x->absent_means && (!skip || strcmp(skip, x->key)))
-      at += (size_t)snprintf(buf + at, sizeof buf - at, ", \"%s\": null", x->key);
-  return buf;
-}
-
-// A minimal config.json of row a, plus `extra` (",\"key\": value" or "")
-// which sets key `sets` (NULL: none).
-static void write_config(const char *path, const eng_arch_row *r, const char *extra, const char *sets) {
+// A minimal config.json of row a, plus `extra` (",\"key\": value" or "").
+static void write_config(const char *path, const eng_arch_row *r, const char *extra) {
   char text[1024];
   snprintf(text, sizeof text,
            "{\"model_type\": \"%s\", \"architectures\": [\"%s\"], \"vocab_size\": 96, \"hidden_size\": 48,"
            " \"num_hidden_layers\": 3, \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"head_dim\": 8,"
-           " \"intermediate_size\": 72%s%s}",
-           r->model_type, r->hf_class, absent_nulls(r, sets), extra);
+           " \"intermediate_size\": 72%s}",
+           r->model_type, r->hf_class, extra);
   write_file(path, text);
 }
 
@@ -84,11 +71,13 @@ static void round_trips_and_refuses(const char *dir) {
     const eng_arch_row *r = eng_arch_row_of((eng_arch)a);
     eng_err e = {0};
     eng_config c, back;
-    write_config(path, r, "", NULL);
+    write_config(path, r, "");
     CHECK_OK(eng_config_load(NULL, path, &c, &e), &e);
     CHECK(c.arch == (eng_arch)a && c.qkv_bias == r->qkv_bias && c.qk_norm == r->qk_norm, "%s: layer tensors",
           r->model_type);
     CHECK(c.max_pos == r->max_pos_absent, "%s: max_position_embeddings default %d", r->model_type, c.max_pos);
+    CHECK(c.window == (r->window_key ? r->window_absent : 0), "%s: sliding window default %d", r->model_type,
+          c.window);
     CHECK_OK(eng_config_save(&c, saved, "float32", NULL, NULL, &e), &e);
     CHECK_OK(eng_config_load(NULL, saved, &back, &e), &e);
     CHECK(memcmp(&c, &back, sizeof c) == 0, "%s: config.json does not round-trip", r->model_type);
@@ -96,39 +85,40 @@ static void round_trips_and_refuses(const char *dir) {
     json_t *o = json_load_file(saved, 0, &je);
     CHECK(o, "%s: %s", saved, je.text);
     for (const eng_arch_refusal *x = r->refuse; x->key; x++)
-      CHECK(x->set ? json_is_null(json_object_get(o, x->key)) : json_is_false(json_object_get(o, x->key)),
-            "%s: export does not write %s %s", r->model_type, x->key, x->set ? "null" : "false");
+      CHECK(json_is_false(json_object_get(o, x->key)), "%s: export does not write %s false", r->model_type, x->key);
     for (const char *const *k = r->save_null; *k; k++)
       CHECK(json_is_null(json_object_get(o, *k)), "%s: export does not write %s null", r->model_type, *k);
     json_decref(o);
-    // Each refused key set (true, or a value) is refused, by name; a key
-    // refused when absent is too.
+    // Each refused key set true is refused, by name.
     for (const eng_arch_refusal *x = r->refuse; x->key; x++) {
       char extra[128];
-      snprintf(extra, sizeof extra, ", \"%s\": %s", x->key, x->set ? "64" : "true");
-      write_config(path, r, extra, x->key);
+      snprintf(extra, sizeof extra, ", \"%s\": true", x->key);
+      write_config(path, r, extra);
       eng_err e2 = {0};
       CHECK(eng_config_load(NULL, path, &c, &e2) == ENG_ENOTSUP && strstr(e2.msg, x->key) && strstr(e2.msg, x->what),
             "%s: %s true not refused by name: %s", r->model_type, x->key, e2.msg);
     }
-    for (const eng_arch_refusal *x = r->refuse; x->key; x++) {
-      if (!x->absent_means) continue;
-      char text[512];
-      snprintf(text, sizeof text,
-               "{\"model_type\": \"%s\", \"vocab_size\": 96, \"hidden_size\": 48, \"num_hidden_layers\": 1,"
-               " \"num_attention_heads\": 6, \"intermediate_size\": 72}", r->model_type);
-      write_file(path, text);
-      eng_err e2 = {0};
-      CHECK(eng_config_load(NULL, path, &c, &e2) == ENG_ENOTSUP && strstr(e2.msg, x->key) &&
-                strstr(e2.msg, x->absent_means),
-            "%s: %s absent not refused by name: %s", r->model_type, x->key, e2.msg);
+    // A row's window key sizes the window; null is none. Both round-trip.
+    if (r->window_key) {
+      const char *values[] = {"24", "null"};
+      for (int i = 0; i < 2; i++) {
+        char extra[128];
+        snprintf(extra, sizeof extra, ", \"%s\": %s", r->window_key, values[i]);
+        write_config(path, r, extra);
+        CHECK_OK(eng_config_load(NULL, path, &c, &e), &e);
+        CHECK(c.window == (i ? 0 : 24), "%s: %s %s gives a window of %d", r->model_type, r->window_key, values[i],
+              c.window);
+        CHECK_OK(eng_config_save(&c, saved, "float32", NULL, NULL, &e), &e);
+        CHECK_OK(eng_config_load(NULL, saved, &back, &e), &e);
+        CHECK(back.window == c.window, "%s: the window does not round-trip", r->model_type);
+      }
     }
     // Absent keys take the family's defaults.
     char text[512];
     snprintf(text, sizeof text,
              "{\"model_type\": \"%s\", \"vocab_size\": 96, \"hidden_size\": 128, \"num_hidden_layers\": 1,"
-             " \"num_attention_heads\": 64, \"intermediate_size\": 72%s}",
-             r->model_type, absent_nulls(r, NULL));
+             " \"num_attention_heads\": 64, \"intermediate_size\": 72}",
+             r->model_type);
     write_file(path, text);
     CHECK_OK(eng_config_load(NULL, path, &c, &e), &e);
     CHECK(c.n_kv_heads == (r->kv_heads_absent ? r->kv_heads_absent : 64), "%s: kv heads default %d", r->model_type,

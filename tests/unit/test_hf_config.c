@@ -512,8 +512,8 @@ static void test_rope_scaling(void) {
   CHECK(!memcmp(&back, &c, sizeof c), "yarn RoPE does not survive save and load");
 }
 
-// Mistral: its window refused when set, and when absent (MistralConfig then
-// takes 4096); null loads, and an export writes null.
+// Mistral: sliding_window sizes the window; null is none; absent is
+// MistralConfig's 4096; a negative one is refused.
 static void test_mistral(void) {
   char src[1024];
   snprintf(src, sizeof src, "%s/tests/fixtures/mistral/config.json", TRAIND_SOURCE_DIR);
@@ -521,19 +521,17 @@ static void test_mistral(void) {
   json_t *m = json_load_file(src, 0, &je);
   CHECK(m, "%s: %s", src, je.text);
   eng_config c = load_ok(json_deep_copy(m));
-  CHECK(c.arch == ENG_ARCH_MISTRAL && c.head_dim == 24 && c.n_heads * c.head_dim != c.d_model, "the mistral fixture");
+  CHECK(c.arch == ENG_ARCH_MISTRAL && c.head_dim == 24 && c.n_heads * c.head_dim != c.d_model && !c.window,
+        "the mistral fixture");
   json_t *o = json_deep_copy(m);
   put(o, "sliding_window", json_integer(4096));
-  refused(o, ENG_ENOTSUP, "sliding_window");
+  CHECK(load_ok(o).window == 4096, "sliding_window 4096");
   o = json_deep_copy(m);
   json_object_del(o, "sliding_window");
-  refused(o, ENG_ENOTSUP, "sliding_window");
-  eng_err e = {0};
-  CHECK_OK(eng_config_save(&c, cfg_path, "float32", NULL, NULL, &e), &e);
-  json_t *saved = json_load_file(cfg_path, 0, &je);
-  const json_t *w = json_object_get(saved, "sliding_window");
-  CHECK(w && json_is_null(w), "a Mistral export must write sliding_window null");
-  json_decref(saved);
+  CHECK(load_ok(o).window == 4096, "an absent sliding_window is MistralConfig's 4096");
+  o = json_deep_copy(m);
+  put(o, "sliding_window", json_integer(-3));
+  refused(o, ENG_EINVAL, "sliding_window");
   json_decref(m);
 }
 

@@ -340,9 +340,11 @@ typedef struct att_case {
 } att_case;
 
 // Naive GQA attention and its analytic backward, in double: query i of row
-// b attends keys i - pos[b][i] .. i (NULL: 0 .. i).
+// b attends keys i - pos[b][i] .. i (NULL: 0 .. i), and with a window only
+// those after i - window.
 static void attention_ref(double *out, double *lse, double *dq, double *dk, double *dv, const float *dout,
-                          const float *q, const float *k, const float *v, const int32_t *pos, att_case c) {
+                          const float *q, const float *k, const float *v, const int32_t *pos, att_case c,
+                          int window) {
   int G = c.H / c.KV, hd = c.hd, T = c.T;
   size_t qs = (size_t)c.H * hd, ks = (size_t)c.KV * hd;
   double scale = 1.0 / sqrt((double)hd);
@@ -355,7 +357,8 @@ static void attention_ref(double *out, double *lse, double *dq, double *dk, doub
         const float *qi = q + ((size_t)b * T + i) * qs + (size_t)h * hd;
         const float *doi = dout + ((size_t)b * T + i) * qs + (size_t)h * hd;
         const float *kb = k + (size_t)b * T * ks + (size_t)(h / G) * hd, *vb = v + (size_t)b * T * ks + (size_t)(h / G) * hd;
-        const int j0 = pos ? i - pos[(size_t)b * T + i] : 0;
+        int j0 = pos ? i - pos[(size_t)b * T + i] : 0;
+        if (window > 0 && i - window + 1 > j0) j0 = i - window + 1;
         double mx = -INFINITY, l = 0.0, D = 0.0;
         for (int j = j0; j <= i; j++) {
           double s = 0.0;
@@ -390,18 +393,19 @@ static void attention_ref(double *out, double *lse, double *dq, double *dk, doub
   free(p), free(dp);
 }
 
-static void test_attention(att_case c, int packed) {
-  printf("attention B=%d T=%d H=%d KV=%d hd=%d%s\n", c.B, c.T, c.H, c.KV, c.hd, packed ? " packed" : "");
+static void test_attention(att_case c, int packed, int window) {
+  printf("attention B=%d T=%d H=%d KV=%d hd=%d%s window %d\n", c.B, c.T, c.H, c.KV, c.hd, packed ? " packed" : "",
+         window);
   size_t nq = (size_t)c.B * c.T * c.H * c.hd, nk = (size_t)c.B * c.T * c.KV * c.hd, nl = (size_t)c.B * c.H * c.T;
   int32_t *pos = packed ? packed_pos(c.B, c.T) : NULL;
   // Scores of a few units, so the softmax is neither flat nor one-hot.
   float *q = frandn(nq, 1.5f), *k = frandn(nk, 1.5f), *v = frandn(nk, 1.0f), *dout = frandn(nq, 1.0f);
   float *out = falloc(nq), *lse = falloc(nl), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
   double *rout = dalloc(nq), *rlse = dalloc(nl), *rdq = dalloc(nq), *rdk = dalloc(nk), *rdv = dalloc(nk);
-  eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T, c.H, c.KV, c.hd, window);
   eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T, c.H,
-                      c.KV, c.hd);
-  attention_ref(rout, rlse, rdq, rdk, rdv, dout, q, k, v, pos, c);
+                      c.KV, c.hd, window);
+  attention_ref(rout, rlse, rdq, rdk, rdv, dout, q, k, v, pos, c, window);
   expect_close("attention fwd out", out, rout, nq, TOL_FWD);
   expect_close("attention fwd lse", lse, rlse, nl, TOL_FWD);
   expect_close("attention bwd dq", dq, rdq, nq, TOL_BWD);
@@ -420,9 +424,9 @@ static void test_attention(att_case c, int packed) {
     memcpy(qkv + i * ld + qd + kvd, v + i * kvd, sizeof(float) * kvd);
   }
   for (size_t i = 0; i < rows * ld; i++) dqkv[i] = -3.0f;
-  eng_k_attention_fwd(out2, lse2, qkv, ld, qkv + qd, ld, qkv + qd + kvd, ld, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_fwd(out2, lse2, qkv, ld, qkv + qd, ld, qkv + qd + kvd, ld, pos, c.B, c.T, c.H, c.KV, c.hd, window);
   eng_k_attention_bwd(dqkv, dqkv + qd, dqkv + qd + kvd, dout, out2, lse2, qkv, ld, qkv + qd, ld, qkv + qd + kvd, ld,
-                      pos, c.B, c.T, c.H, c.KV, c.hd);
+                      pos, c.B, c.T, c.H, c.KV, c.hd, window);
   CHECK(!memcmp(out, out2, sizeof(float) * nq) && !memcmp(lse, lse2, sizeof(float) * nl),
         "attention fwd on a fused q|k|v row differs");
   for (size_t i = 0; i < rows; i++) {
@@ -434,11 +438,11 @@ static void test_attention(att_case c, int packed) {
   // Without pos, positions 0..T-1 written out give the same bits.
   if (!packed) {
     int32_t *iota = iota_pos(c.B, c.T);
-    eng_k_attention_fwd(out2, lse2, q, qd, k, kvd, v, kvd, iota, c.B, c.T, c.H, c.KV, c.hd);
+    eng_k_attention_fwd(out2, lse2, q, qd, k, kvd, v, kvd, iota, c.B, c.T, c.H, c.KV, c.hd, window);
     expect_same("attention fwd, pos 0..T-1 vs NULL", out2, out, nq);
     expect_same("attention lse, pos 0..T-1 vs NULL", lse2, lse, nl);
     float *dq2 = falloc(nq), *dk2 = falloc(nk), *dv2 = falloc(nk);
-    eng_k_attention_bwd(dq2, dk2, dv2, dout, out, lse, q, qd, k, kvd, v, kvd, iota, c.B, c.T, c.H, c.KV, c.hd);
+    eng_k_attention_bwd(dq2, dk2, dv2, dout, out, lse, q, qd, k, kvd, v, kvd, iota, c.B, c.T, c.H, c.KV, c.hd, window);
     expect_same("attention dq, pos 0..T-1 vs NULL", dq2, dq, nq);
     expect_same("attention dk, pos 0..T-1 vs NULL", dk2, dk, nk);
     expect_same("attention dv, pos 0..T-1 vs NULL", dv2, dv, nk);
@@ -467,13 +471,13 @@ static void test_attention_skip(void) {
   float *q = frandn(nq, 1.5f), *k = frandn(nk, 1.5f), *v = frandn(nk, 1.0f), *dout = frandn(nq, 1.0f);
   float *out = falloc(nq), *lse = falloc(nl), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
   float *out2 = falloc(nq), *lse2 = falloc(nl), *dq2 = falloc(nq), *dk2 = falloc(nk), *dv2 = falloc(nk);
-  eng_k_attention_fwd(out, lse, q, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
-  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_fwd(out, lse, q, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
+  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
 
   float *kp = fcopy(k, nk), *vp = fcopy(v, nk);
   for (size_t i = 0; i < (size_t)W * kvd; i++) kp[i] = vp[i] = NAN;
-  eng_k_attention_fwd(out2, lse2, q, qd, kp, kvd, vp, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
-  eng_k_attention_bwd(dq2, dk2, dv2, dout, out2, lse2, q, qd, kp, kvd, vp, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_fwd(out2, lse2, q, qd, kp, kvd, vp, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
+  eng_k_attention_bwd(dq2, dk2, dv2, dout, out2, lse2, q, qd, kp, kvd, vp, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
   CHECK(isnan(out2[(size_t)100 * qd]), "a NaN value of key tile 0 did not reach query 100, which visits the tile");
   size_t r2 = (size_t)2 * W;
   expect_same("out of query tile 2, NaN in key tile 0", out2 + r2 * qd, out + r2 * qd, (c.T - r2) * qd);
@@ -483,8 +487,8 @@ static void test_attention_skip(void) {
 
   float *qp = fcopy(q, nq), *dp = fcopy(dout, nq);
   for (size_t i = r2 * qd; i < nq; i++) qp[i] = dp[i] = NAN;
-  eng_k_attention_fwd(out2, lse2, qp, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
-  eng_k_attention_bwd(dq2, dk2, dv2, dp, out2, lse2, qp, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_fwd(out2, lse2, qp, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
+  eng_k_attention_bwd(dq2, dk2, dv2, dp, out2, lse2, qp, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
   CHECK(isnan(dk2[(size_t)100 * kvd]), "a NaN query of tile 2 did not reach key 100, which it visits");
   expect_same("dk of key tile 0, NaN in query tile 2", dk2, dk, (size_t)W * kvd);
   expect_same("dv of key tile 0, NaN in query tile 2", dv2, dv, (size_t)W * kvd);
@@ -900,18 +904,18 @@ static void run_all(inv_io *io, const float *src, int nthreads) {
   eng_k_rope_fwd(k, c.KV * c.hd, NULL, c.B, c.T, c.KV, c.hd, &fr);
   float *out = take(io, nq), *lse = take(io, (size_t)c.B * c.H * c.T);
   float *dq = take(io, nq), *dk = take(io, nk), *dv = take(io, nk);
-  eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, NULL, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_fwd(out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, NULL, c.B, c.T, c.H, c.KV, c.hd, 0);
   eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, NULL, c.B, c.T, c.H,
-                      c.KV, c.hd);
+                      c.KV, c.hd, 0);
   eng_k_rope_bwd(dq, c.H * c.hd, NULL, c.B, c.T, c.H, c.hd, &fr);
   // The same packed: each row documents of 41, 41, 15 and 33 tokens.
   int32_t pos[2 * 130];
   for (int i = 0; i < c.B * c.T; i++) pos[i] = (i % c.T % 97) % 41;
   float *pout = take(io, nq), *plse = take(io, (size_t)c.B * c.H * c.T);
   float *pdq = take(io, nq), *pdk = take(io, nk), *pdv = take(io, nk);
-  eng_k_attention_fwd(pout, plse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T, c.H, c.KV, c.hd);
+  eng_k_attention_fwd(pout, plse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
   eng_k_attention_bwd(pdq, pdk, pdv, dout, pout, plse, q, c.H * c.hd, k, c.KV * c.hd, v, c.KV * c.hd, pos, c.B, c.T,
-                      c.H, c.KV, c.hd);
+                      c.H, c.KV, c.hd, 0);
   eng_k_rope_bwd(pdq, c.H * c.hd, pos, c.B, c.T, c.H, c.hd, &fr);
 
   // y read as n/2 rows of [gate | up], ff each.
@@ -965,14 +969,22 @@ int main(void) {
   test_rope(2, 13, 3, 10, 10000.0f, 0);
   test_rope(1, 70, 2, 64, 1000000.0f, 0);
   test_rope(3, 200, 2, 16, 10000.0f, 1);
-  test_attention((att_case){2, 70, 4, 2, 24}, 0);
-  test_attention((att_case){1, 129, 3, 1, 18}, 0);
-  test_attention((att_case){1, 64, 2, 2, 32}, 0);
-  test_attention((att_case){2, 100, 2, 1, 40}, 0);
-  test_attention((att_case){3, 1, 2, 1, 8}, 0);
-  test_attention((att_case){3, 300, 4, 2, 24}, 1);
-  test_attention((att_case){2, 129, 3, 1, 40}, 1);
-  test_attention((att_case){4, 5, 2, 1, 8}, 1);
+  test_attention((att_case){2, 70, 4, 2, 24}, 0, 0);
+  test_attention((att_case){1, 129, 3, 1, 18}, 0, 0);
+  test_attention((att_case){1, 64, 2, 2, 32}, 0, 0);
+  test_attention((att_case){2, 100, 2, 1, 40}, 0, 0);
+  test_attention((att_case){3, 1, 2, 1, 8}, 0, 0);
+  test_attention((att_case){3, 300, 4, 2, 24}, 1, 0);
+  test_attention((att_case){2, 129, 3, 1, 40}, 1, 0);
+  test_attention((att_case){4, 5, 2, 1, 8}, 1, 0);
+  // Sliding windows: inside a tile, a tile wide, across tiles (whole key
+  // tiles skipped), wider than the rows, and with packed documents.
+  test_attention((att_case){2, 200, 4, 2, 24}, 0, 17);
+  test_attention((att_case){1, 257, 3, 1, 40}, 0, 64);
+  test_attention((att_case){2, 300, 2, 1, 32}, 0, 150);
+  test_attention((att_case){1, 70, 2, 2, 16}, 0, 500);
+  test_attention((att_case){3, 300, 4, 2, 24}, 1, 50);
+  test_attention((att_case){2, 129, 3, 1, 18}, 1, 1);
   test_attention_skip();
   test_embed(100, 40, 17);
   test_head_loss(300, 40, 1000);

@@ -221,7 +221,7 @@ static void check_online_softmax(void) {
   enum { T = 45, HD = 16 };
   float q[T * HD], k[T * HD], vv[T * HD], o[T * HD], lse[T];
   for (int i = 0; i < T * HD; i++) q[i] = frand(1.0f), k[i] = frand(1.0f), vv[i] = frand(1.0f);
-  eng_k_attention_fwd(o, lse, q, HD, k, HD, vv, HD, NULL, 1, T, 1, 1, HD);
+  eng_k_attention_fwd(o, lse, q, HD, k, HD, vv, HD, NULL, 1, T, 1, 1, HD, 0);
   double worst_a = 0;
   for (int i = 0; i < T; i++) {
     float sc[T], dummy[T], gl, go;

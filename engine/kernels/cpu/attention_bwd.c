@@ -112,7 +112,7 @@ static void key_tile(bwd_tile *t, const bwd_args *a, float *dq, float *dk, float
 
 void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                          const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
-                         const int32_t *pos, int B, int T, int H, int KV, int hd) {
+                         const int32_t *pos, int B, int T, int H, int KV, int hd, int window) {
   if (B <= 0 || T <= 0) return;
   const int G = H / KV, nt = (T + W - 1) / W;
   const bwd_args a = {(size_t)H * hd, (size_t)ldq, (size_t)ldk, (size_t)ldv, T, hd, 1.0f / sqrtf((float)hd)};
@@ -133,8 +133,8 @@ void eng_k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, con
           eng_k_tile_pack_t(t.qT, q + ro, a.qs, m, hd, W);
           eng_k_tile_pack_t(t.doT, dout + roo, a.os, m, hd, W);
           query_stats(&t, dout + roo, out + roo, lse_h + i0, a.os, m, hd);
-          eng_k_att_doc_starts(t.st, pos ? pos + (size_t)b * T : NULL, i0, m);
-          // Key tiles wholly before the earliest document start are skipped.
+          eng_k_att_doc_starts(t.st, pos ? pos + (size_t)b * T : NULL, i0, m, window);
+          // Key tiles wholly before the earliest visible key are skipped.
           // dq rows first meet the first key tile left; dk/dv rows of tile kt
           // first meet the first query head's diagonal tile (no query tile
           // before it sees them, and a diagonal tile is never skipped).

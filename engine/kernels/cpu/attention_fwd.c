@@ -1,6 +1,7 @@
 // Causal GQA attention forward, FlashAttention style: one query tile at a time
 // against the key tiles up to the diagonal (from the first that holds a key
-// of its documents, when sequences are packed), with a running max and sum per
+// it sees: of its documents when sequences are packed, inside its window
+// when attention slides), with a running max and sum per
 // query (online softmax), so memory is O(tile·hd) and no T×T matrix exists.
 // Everything is held transposed (Qᵀ, Sᵀ = K·Qᵀ, Oᵀ) so that the SIMD dimension
 // is the query index: the softmax statistics of 64 queries then update as
@@ -66,13 +67,13 @@ static void add_pv(float *oT, const float *vj, size_t ks, const float *pT, int n
 // Rows of out, q, k and v are os, qs, ks and vs floats apart; pos is the
 // row's position ids (NULL: one document).
 static void query_tile(float *out, float *lse, const float *q, const float *k, const float *v, const int32_t *pos,
-                       int qt, int T, size_t os, size_t qs, size_t ks, size_t vs, int hd, float scale) {
+                       int qt, int T, size_t os, size_t qs, size_t ks, size_t vs, int hd, float scale, int window) {
   alignas(64) float qT[ENG_K_MAX_HD * W], oT[ENG_K_MAX_HD * W], sT[W * W];
   alignas(64) float mx[W], l[W], mn[W], alpha[W], rowsum[W];
   int st[W], lo[W];
   int i0 = qt * W, m = T - i0 < W ? T - i0 : W;
   eng_k_tile_pack_t(qT, q + (size_t)i0 * qs, qs, m, hd, W);
-  eng_k_att_doc_starts(st, pos, i0, m);
+  eng_k_att_doc_starts(st, pos, i0, m, window);
   for (int i = 0; i < W; i++) mx[i] = -INFINITY, l[i] = 0.0f;
   // Key tiles wholly before the earliest document start are skipped.
   const int t0 = st[0] / W;
@@ -105,7 +106,7 @@ static void query_tile(float *out, float *lse, const float *q, const float *k, c
 }
 
 void eng_k_attention_fwd(float *out, float *lse, const float *q, int ldq, const float *k, int ldk, const float *v,
-                         int ldv, const int32_t *pos, int B, int T, int H, int KV, int hd) {
+                         int ldv, const int32_t *pos, int B, int T, int H, int KV, int hd, int window) {
   if (B <= 0 || T <= 0) return;
   const int G = H / KV, nt = (T + W - 1) / W, items = B * H * nt;
   const float scale = 1.0f / sqrtf((float)hd);
@@ -118,6 +119,6 @@ void eng_k_attention_fwd(float *out, float *lse, const float *q, int ldq, const 
     size_t boff = (size_t)b * T;
     query_tile(out + boff * os + (size_t)h * hd, lse + ((size_t)b * H + h) * T, q + boff * qs + (size_t)h * hd,
                k + boff * ks + (size_t)(h / G) * hd, v + boff * vs + (size_t)(h / G) * hd, pos ? pos + boff : NULL,
-               qt, T, os, qs, ks, vs, hd, scale);
+               qt, T, os, qs, ks, vs, hd, scale, window);
   }
 }

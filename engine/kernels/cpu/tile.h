@@ -101,12 +101,18 @@ static inline void eng_k_tile_gemm(float *restrict C, size_t ldc, const float *r
 // block holding query j; the blocks left of it are all masked.
 static inline int eng_k_att_diag_first_col(int j) { return j & ~(ENG_K_TILE_JB - 1); }
 
-// First key of each query's document for the tile of m queries from i0 of
-// a row whose position ids are pos (kernels.h; NULL: all start at 0):
-// st[i] = i0 + i − pos[i0 + i], and 0 past the m queries. Along a row the
-// starts never decrease, so st[0] is the tile's earliest, st[m − 1] its last.
-static inline void eng_k_att_doc_starts(int *st, const int32_t *pos, int i0, int m) {
-  for (int i = 0; i < ENG_K_ATT_TILE; i++) st[i] = pos && i < m ? i0 + i - pos[i0 + i] : 0;
+// First key each query sees, for the tile of m queries from i0 of a row
+// whose position ids are pos (kernels.h; NULL: all start at 0): its
+// document's start, st[i] = i0 + i − pos[i0 + i], or with a sliding window
+// (window > 0) its window's first key if later, and 0 past the m queries.
+// Along a row both never decrease, so st[0] is the tile's earliest, st[m − 1]
+// its last: the callers' "document" masks (lo) hold for windows as well.
+static inline void eng_k_att_doc_starts(int *st, const int32_t *pos, int i0, int m, int window) {
+  for (int i = 0; i < ENG_K_ATT_TILE; i++) {
+    st[i] = pos && i < m ? i0 + i - pos[i0 + i] : 0;
+    // A sliding window starts a query's keys later still.
+    if (window > 0 && i < m && i0 + i - window + 1 > st[i]) st[i] = i0 + i - window + 1;
+  }
 }
 
 // xT[j][i] = a_j · bT[.][i] for the n key rows of an attention tile (a rows

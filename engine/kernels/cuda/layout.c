@@ -24,6 +24,9 @@ int eng_cuda_check_config(const eng_config *c, eng_err *e) {
     return eng_err_set(e, ENG_ENOTSUP,
                        "the cuda backend needs head_dim to be a multiple of 16 up to %d; this model has %d",
                        ENG_CUDA_MAX_HD, c->head_dim);
+  if (c->window)
+    return eng_err_set(e, ENG_ENOTSUP, "the cuda attention kernels have no sliding window yet (sliding_window %d); "
+                       "train this model on the cpu", c->window);
   if (c->attn_gate || c->norm_plus_one || (c->rope_dim && c->rope_dim != c->head_dim) || c->dn.v_heads)
     return eng_err_set(e, ENG_ENOTSUP, "the cuda backend has no Qwen3.5 blocks yet (output gate, zero-centred norms, "
                        "partial RoPE, Gated DeltaNet); train this model on the cpu");
