@@ -453,31 +453,34 @@ static void test_attention(att_case c, int packed, int window) {
       free(rdq), free(rdk), free(rdv);
 }
 
-// Key tiles wholly before a query tile's earliest document start are not
-// visited, forward or backward. A visited but masked key still meets an
+// Key tiles wholly before a query tile's earliest document start (or the
+// start of its window) are not visited, forward or backward. A visited but masked key still meets an
 // fmaf(0, value, .), so a NaN there would show: one row of two documents,
 // [0, 70) and [70, 200), whose third query tile (128..) starts at 70 and
 // so skips key tile 0 (0..63), which the second query tile must visit.
 // NaN in k and v of key tile 0 leaves the third tile's out, lse and dq
 // bit for bit; NaN in q and dout of the third tile leaves dk and dv of key
 // tile 0 bit for bit.
-static void test_attention_skip(void) {
-  printf("attention skips key tiles before a query tile's documents\n");
+static void test_attention_skip(int window) {
+  printf("attention skips key tiles before a query tile's %s\n", window ? "window" : "documents");
   const att_case c = {1, 200, 2, 1, 16};
   const int W = 64, qd = c.H * c.hd, kvd = c.KV * c.hd;
   size_t nq = (size_t)c.T * qd, nk = (size_t)c.T * kvd, nl = (size_t)c.H * c.T;
   int32_t pos[200];
   for (int t = 0; t < c.T; t++) pos[t] = t < 70 ? t : t - 70;
+  // Or one document and a window of 59: query tile 2's first key is 70 all
+  // the same, and query 100 sees keys 42..100.
+  const int32_t *ps = window ? NULL : pos;
   float *q = frandn(nq, 1.5f), *k = frandn(nk, 1.5f), *v = frandn(nk, 1.0f), *dout = frandn(nq, 1.0f);
   float *out = falloc(nq), *lse = falloc(nl), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
   float *out2 = falloc(nq), *lse2 = falloc(nl), *dq2 = falloc(nq), *dk2 = falloc(nk), *dv2 = falloc(nk);
-  eng_k_attention_fwd(out, lse, q, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
-  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
+  eng_k_attention_fwd(out, lse, q, qd, k, kvd, v, kvd, ps, c.B, c.T, c.H, c.KV, c.hd, window);
+  eng_k_attention_bwd(dq, dk, dv, dout, out, lse, q, qd, k, kvd, v, kvd, ps, c.B, c.T, c.H, c.KV, c.hd, window);
 
   float *kp = fcopy(k, nk), *vp = fcopy(v, nk);
   for (size_t i = 0; i < (size_t)W * kvd; i++) kp[i] = vp[i] = NAN;
-  eng_k_attention_fwd(out2, lse2, q, qd, kp, kvd, vp, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
-  eng_k_attention_bwd(dq2, dk2, dv2, dout, out2, lse2, q, qd, kp, kvd, vp, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
+  eng_k_attention_fwd(out2, lse2, q, qd, kp, kvd, vp, kvd, ps, c.B, c.T, c.H, c.KV, c.hd, window);
+  eng_k_attention_bwd(dq2, dk2, dv2, dout, out2, lse2, q, qd, kp, kvd, vp, kvd, ps, c.B, c.T, c.H, c.KV, c.hd, window);
   CHECK(isnan(out2[(size_t)100 * qd]), "a NaN value of key tile 0 did not reach query 100, which visits the tile");
   size_t r2 = (size_t)2 * W;
   expect_same("out of query tile 2, NaN in key tile 0", out2 + r2 * qd, out + r2 * qd, (c.T - r2) * qd);
@@ -487,8 +490,8 @@ static void test_attention_skip(void) {
 
   float *qp = fcopy(q, nq), *dp = fcopy(dout, nq);
   for (size_t i = r2 * qd; i < nq; i++) qp[i] = dp[i] = NAN;
-  eng_k_attention_fwd(out2, lse2, qp, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
-  eng_k_attention_bwd(dq2, dk2, dv2, dp, out2, lse2, qp, qd, k, kvd, v, kvd, pos, c.B, c.T, c.H, c.KV, c.hd, 0);
+  eng_k_attention_fwd(out2, lse2, qp, qd, k, kvd, v, kvd, ps, c.B, c.T, c.H, c.KV, c.hd, window);
+  eng_k_attention_bwd(dq2, dk2, dv2, dp, out2, lse2, qp, qd, k, kvd, v, kvd, ps, c.B, c.T, c.H, c.KV, c.hd, window);
   CHECK(isnan(dk2[(size_t)100 * kvd]), "a NaN query of tile 2 did not reach key 100, which it visits");
   expect_same("dk of key tile 0, NaN in query tile 2", dk2, dk, (size_t)W * kvd);
   expect_same("dv of key tile 0, NaN in query tile 2", dv2, dv, (size_t)W * kvd);
@@ -985,7 +988,8 @@ int main(void) {
   test_attention((att_case){1, 70, 2, 2, 16}, 0, 500);
   test_attention((att_case){3, 300, 4, 2, 24}, 1, 50);
   test_attention((att_case){2, 129, 3, 1, 18}, 1, 1);
-  test_attention_skip();
+  test_attention_skip(0);
+  test_attention_skip(59);
   test_embed(100, 40, 17);
   test_head_loss(300, 40, 1000);
   test_head_loss(5, 16, 33);
