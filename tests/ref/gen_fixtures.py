@@ -436,9 +436,8 @@ def gen_bf16_fixture(out, src_name, name):
 PACKED = dict(
     name="qwen3_5_packed",
     seed=1007,
-    config=dict(vocab_size=512, hidden_size=48, num_hidden_layers=4, num_attention_heads=3,
+    config=dict(COMMON, hidden_size=48, num_hidden_layers=4, num_attention_heads=3,
                 num_key_value_heads=1, head_dim=24, intermediate_size=72,
-                max_position_embeddings=128, rms_norm_eps=1e-6, initializer_range=0.02,
                 tie_word_embeddings=True, full_attention_interval=4,
                 linear_num_key_heads=3, linear_num_value_heads=6, linear_key_head_dim=10,
                 linear_value_head_dim=14, linear_conv_kernel_dim=3,
@@ -539,9 +538,7 @@ def gen_packed_fixture(out):
 VLM = dict(
     name="qwen3_5_vlm",
     seed=1008,
-    text=dict(vocab_size=512, hidden_size=56, num_hidden_layers=5, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, intermediate_size=88,
-              max_position_embeddings=128, rms_norm_eps=1e-6, initializer_range=0.02,
+    text=dict(COMMON, hidden_size=56, num_hidden_layers=5, head_dim=16, intermediate_size=88,
               full_attention_interval=3, linear_num_key_heads=2, linear_num_value_heads=4,
               linear_key_head_dim=8, linear_value_head_dim=12, linear_conv_kernel_dim=4,
               rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,

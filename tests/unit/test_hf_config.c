@@ -417,15 +417,22 @@ static void test_token_ids(void) {
         "%s", e.msg);
 }
 
+// tests/fixtures/<name>/config.json as JSON, for the caller to release; its
+// path into src[n].
+static json_t *fixture_config(const char *name, char *src, size_t n) {
+  snprintf(src, n, "%s/tests/fixtures/%s/config.json", TRAIND_SOURCE_DIR, name);
+  json_error_t je;
+  json_t *o = json_load_file(src, 0, &je);
+  CHECK(o, "%s: %s", src, je.text);
+  return o;
+}
+
 // A Qwen3_5ForConditionalGeneration config.json (tests/fixtures/qwen3_5_vlm's):
 // its text_config is the text model, tied as the top level says; what does
 // not fit together is refused naming the field.
 static void test_vlm(void) {
   char src[1024];
-  snprintf(src, sizeof src, "%s/tests/fixtures/qwen3_5_vlm/config.json", TRAIND_SOURCE_DIR);
-  json_error_t je;
-  json_t *vlm = json_load_file(src, 0, &je);
-  CHECK(vlm, "%s: %s", src, je.text);
+  json_t *vlm = fixture_config("qwen3_5_vlm", src, sizeof src);
   eng_config c = load_ok(json_deep_copy(vlm));
   CHECK(c.vlm && c.arch == ENG_ARCH_QWEN3_5 && c.n_layers == 5 && c.full_every == 3 && c.d_model == 56 &&
             !c.tie_embeddings && c.rope_dim == 4,
@@ -461,6 +468,7 @@ static void test_vlm(void) {
   eng_config back;
   CHECK_OK(eng_config_load(NULL, out, &back, &e), &e);
   CHECK(!memcmp(&back, &c, sizeof c), "the exported config.json loads as another config");
+  json_error_t je;
   json_t *saved = json_load_file(out, 0, &je);
   CHECK(saved && json_equal(json_object_get(saved, "vision_config"), json_object_get(vlm, "vision_config")) &&
             !strcmp(json_string_value(json_object_get(saved, "dtype")), "bfloat16"),
@@ -516,10 +524,7 @@ static void test_rope_scaling(void) {
 // MistralConfig's 4096; a negative one is refused.
 static void test_mistral(void) {
   char src[1024];
-  snprintf(src, sizeof src, "%s/tests/fixtures/mistral/config.json", TRAIND_SOURCE_DIR);
-  json_error_t je;
-  json_t *m = json_load_file(src, 0, &je);
-  CHECK(m, "%s: %s", src, je.text);
+  json_t *m = fixture_config("mistral", src, sizeof src);
   eng_config c = load_ok(json_deep_copy(m));
   CHECK(c.arch == ENG_ARCH_MISTRAL && c.head_dim == 24 && c.n_heads * c.head_dim != c.d_model && !c.window,
         "the mistral fixture");
